@@ -1,0 +1,23 @@
+// ampgrad: a tensor and autograd library with automatic mixed precision.
+// This umbrella header is all a consumer includes: #include <ampgrad/ampgrad.h>.
+#pragma once
+
+#include "ampgrad/autograd.h"
+#include "ampgrad/backend.h"
+#include "ampgrad/convert.h"
+#include "ampgrad/device.h"
+#include "ampgrad/dtype.h"
+#include "ampgrad/error.h"
+#include "ampgrad/factories.h"
+#include "ampgrad/half.h"
+#include "ampgrad/hw/cpu.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/loss.h"
+#include "ampgrad/ops/nn.h"
+#include "ampgrad/ops/reduce.h"
+#include "ampgrad/ops/shape.h"
+#include "ampgrad/scalar.h"
+#include "ampgrad/tensor.h"
+#include "ampgrad/version.h"
+
+namespace ag = ampgrad;

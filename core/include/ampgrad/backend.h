@@ -1,0 +1,144 @@
+// The backend interface: one object per device type, filled by kernels/cpu and kernels/cuda.
+//
+// The op frontend (core/src/ops) validates, promotes and broadcasts, records autograd, and
+// then calls exactly one of these entry points. Kernels therefore see checked inputs of
+// the dtype they compute in, already broadcast to the output's shape (broadcast dims have
+// stride 0), and outputs that are allocated and sized. Unless said otherwise, inputs may
+// have any strides and outputs are contiguous. A backend that lacks an entry inherits the
+// default, which throws "[op] not implemented on <device>".
+//
+// A build without CUDA links kernels/cuda/stub.cpp, whose cuda_backend() throws
+// "[op] ampgrad was built without CUDA"; nothing outside kernels/ tests for CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ampgrad/op_kinds.h"
+#include "ampgrad/tensor.h"
+
+namespace ampgrad {
+
+struct Conv2dParams {
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  int64_t groups = 1;
+};
+
+struct Pool2dParams {
+  int64_t kernel[2] = {1, 1};
+  int64_t stride[2] = {1, 1};
+  int64_t padding[2] = {0, 0};
+  int64_t dilation[2] = {1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;  // avg_pool2d
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceType device_type() const = 0;
+
+  // ---- memory ------------------------------------------------------------------------
+  virtual void* allocate(size_t nbytes, int device_index) = 0;
+  /// Frees memory from allocate(nbytes, device_index).
+  virtual void deallocate(void* p, size_t nbytes, int device_index) = 0;
+  /// Copies n contiguous bytes between this device and the CPU, in either direction.
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
+
+  // ---- data movement -----------------------------------------------------------------
+  /// dst = src elementwise, converting dtype; src is broadcast to dst's shape; dst may be a
+  /// strided view (in-place writes go through here).
+  virtual void copy(const Tensor& src, const Tensor& dst);
+  /// Sets every element of dst (possibly strided) to value.
+  virtual void fill(const Tensor& dst, double value);
+
+  // ---- elementwise (out may be a strided view for in-place ops) -----------------------
+  virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p);
+  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+  /// out is bool; a and b share a dtype.
+  virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out);
+  /// out = cond ? a : b; cond is bool, a and b share out's dtype.
+  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+
+  // ---- reductions --------------------------------------------------------------------
+  /// Reduces x over `dims` (sorted, unique, non-negative) into out, which has x's rank
+  /// with the reduced dims of size 1 (keepdim layout). Floating inputs accumulate in
+  /// float32 (float64 for float64). ArgMax/ArgMin write int64.
+  virtual void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out,
+                      ReduceParams p);
+  /// Max (or min) along one dim with the int64 index of the first extreme; values and
+  /// indices have x's rank with `dim` of size 1.
+  virtual void max_min_dim(bool is_max, const Tensor& x, int64_t dim, const Tensor& values,
+                           const Tensor& indices);
+
+  // ---- random (counter-based: element i of out uses stream (seed, offset + i)) -------
+  virtual void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t offset);
+  virtual void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset);
+
+  // ---- indexing (index is int64, contiguous) ------------------------------------------
+  /// out = x.index_select(dim, index).
+  virtual void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+  /// out.narrow-like slices out[..., index[i], ...] += src[..., i, ...] (out contiguous).
+  virtual void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+  /// out[i][j] = x[index[i][j]][j] along dim (index has out's shape).
+  virtual void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
+  /// out[index[i][j]][j] += src[i][j] along dim (out contiguous).
+  virtual void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+
+  // ---- matrix products ---------------------------------------------------------------
+  /// out[b] = a[b] @ w[b]: a [B, M, K], w [B, K, N] with any strides (a batch stride may be
+  /// 0), out [B, M, N] contiguous, all one dtype; accumulation in float32.
+  virtual void matmul(const Tensor& a, const Tensor& w, const Tensor& out);
+  /// out = x @ weight^T + bias: x [M, K], weight [N, K], bias [N] or undefined, out [M, N].
+  virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+
+  // ---- convolution and pooling (NCHW, contiguous inputs) ------------------------------
+  virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                      const Conv2dParams& p);
+  virtual void conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
+                                     const Tensor& grad_in, const Conv2dParams& p);
+  /// grad_bias may be undefined.
+  virtual void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
+                                      const Tensor& grad_w, const Tensor& grad_bias,
+                                      const Conv2dParams& p);
+  /// Returns what backward needs to route gradients (an index tensor or a workspace).
+  virtual Tensor max_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p);
+  virtual void max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& saved,
+                                   const Tensor& grad_in, const Pool2dParams& p);
+  virtual void avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p);
+  virtual void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in,
+                                   const Pool2dParams& p);
+
+  // ---- normalisation -----------------------------------------------------------------
+  /// Softmax (or log-softmax) of contiguous x along dim.
+  virtual void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out);
+  /// Gradient from the saved output y.
+  virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                                const Tensor& grad_in);
+  /// Layer norm over the last `inner` elements of contiguous x. weight/bias [inner] or
+  /// undefined. mean and rstd are float32 (float64 for float64 x), one per row.
+  virtual void layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias,
+                          double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+  /// grad_w/grad_b may be undefined (no weight, or not needed); grad_in may be undefined.
+  virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                   const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
+                                   const Tensor& grad_w, const Tensor& grad_b);
+};
+
+/// The backend of a device type. `op` names the caller in the error raised when the device
+/// type is not available in this build.
+Backend& backend(DeviceType type, const char* op);
+inline Backend& backend(const Device& d, const char* op) { return backend(d.type, op); }
+
+/// Implemented by kernels/cpu.
+Backend& cpu_backend();
+/// Implemented by kernels/cuda (or its stub, which throws naming `op`).
+Backend& cuda_backend(const char* op);
+/// True when this build includes the CUDA backend.
+bool built_with_cuda();
+/// True when this build includes oneDNN.
+bool built_with_onednn();
+
+}  // namespace ampgrad

@@ -1,0 +1,265 @@
+// Tensor: a cheap handle (one shared_ptr) on a TensorImpl.
+//
+// A TensorImpl is a strided view of a Storage: sizes, strides and offset are in elements.
+// Views (view, transpose, narrow, expand, ...) share the Storage and with it the version
+// counter that every in-place op bumps; autograd uses it to refuse a backward pass that
+// would read a saved tensor changed since it was saved. Autograd metadata is allocated only
+// for tensors that take part in autograd, so a plain tensor costs three small allocations
+// (impl, storage, data) and its sizes and strides live inline.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ampgrad/device.h"
+#include "ampgrad/dtype.h"
+#include "ampgrad/error.h"
+#include "ampgrad/scalar.h"
+#include "ampgrad/shape.h"
+
+namespace ampgrad {
+
+class Tensor;
+struct Node;
+
+/// Memory owned (or borrowed, for from_blob) by one or more tensors.
+struct Storage {
+  void* data = nullptr;
+  size_t nbytes = 0;
+  Device device;
+  /// Frees `data`; empty for borrowed memory.
+  std::function<void(void*)> deleter;
+  /// Bumped by every in-place write through any view of this storage.
+  uint64_t version = 0;
+
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (deleter) deleter(data);
+  }
+};
+
+/// Allocates storage for nbytes on a device, through that device's backend.
+std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
+
+struct AutogradMeta;
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = kFloat32;
+  std::unique_ptr<AutogradMeta> autograd;
+
+  TensorImpl() = default;
+  TensorImpl(std::shared_ptr<Storage> s, Shape sz, Shape st, int64_t off, DType dt)
+      : storage(std::move(s)), sizes(std::move(sz)), strides(std::move(st)), offset(off), dtype(dt) {}
+  ~TensorImpl();
+  AutogradMeta& meta();  // creates it on first use
+};
+
+/// Options for factories: ag::TensorOptions().dtype(ag::kBFloat16).device("cpu").requires_grad(true).
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType dt) : dtype_(dt) {}                      // NOLINT: implicit like LibTorch
+  TensorOptions(Device d) : device_(d) {}                      // NOLINT
+  TensorOptions(DeviceType d) : device_(d) {}                  // NOLINT
+  TensorOptions dtype(DType dt) const { auto o = *this; o.dtype_ = dt; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  /// The dtype given, or the default floating dtype.
+  DType dtype() const { return dtype_ ? *dtype_ : get_default_dtype(); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
+
+ private:
+  std::optional<DType> dtype_;
+  Device device_;
+  bool requires_grad_ = false;
+};
+
+/// A hook on a tensor's gradient: receives the gradient, returns a replacement or an
+/// undefined tensor to keep it.
+using GradHook = std::function<Tensor(const Tensor&)>;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----------------------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  int64_t dim() const { return int64_t(impl().sizes.size()); }
+  int64_t numel() const { return impl().sizes.numel(); }
+  const Shape& sizes() const { return impl().sizes; }
+  const Shape& strides() const { return impl().strides; }
+  /// Size of dim d (negative counts from the end).
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t storage_offset() const { return impl().offset; }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().storage->device; }
+  TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
+  size_t itemsize() const { return ampgrad::itemsize(dtype()); }
+  size_t nbytes() const { return size_t(numel()) * itemsize(); }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return is_floating(dtype()); }
+  /// Bumped by every in-place op on this tensor or any view sharing its storage.
+  uint64_t version() const { return impl().storage->version; }
+  /// True when both handles refer to the same storage.
+  bool is_alias_of(const Tensor& o) const { return impl().storage == o.impl().storage; }
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+
+  // ---- data access (CPU) -------------------------------------------------------------
+  /// Pointer to the first element; T must be the tensor's C++ type.
+  template <class T>
+  T* data_ptr() const {
+    AG_CHECK(dtype_of<T> == dtype(), "data_ptr", "requested ", dtype_name(dtype_of<T>),
+             " from a tensor of dtype ", dtype_name(dtype()));
+    return static_cast<T*>(raw_data());
+  }
+  void* raw_data() const {
+    return static_cast<char*>(impl().storage->data) + impl().offset * int64_t(itemsize());
+  }
+  /// The single element, converted to T. Throws unless numel() == 1.
+  template <class T>
+  T item() const {
+    return static_cast<T>(item_double());
+  }
+  double item_double() const;
+  /// All elements in row-major order, converted to T (copies to CPU if needed).
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  // ---- autograd ----------------------------------------------------------------------
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool r = true);
+  /// The accumulated gradient; undefined if none was accumulated.
+  Tensor grad() const;
+  /// Replaces the gradient (e.g. an optimizer or a scaler writing unscaled grads).
+  void set_grad(const Tensor& g) const;
+  bool is_leaf() const;
+  const std::shared_ptr<Node>& grad_fn() const;
+  uint32_t output_nr() const;
+  /// Backpropagates from this tensor. Without a gradient the tensor must hold one element.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  /// Registers a hook run on this tensor's gradient during backward.
+  void register_hook(GradHook hook) const;
+  /// A new handle on the same data, outside the graph.
+  Tensor detach() const;
+  Tensor& detach_();
+
+  // ---- views and copies --------------------------------------------------------------
+  Tensor view(const std::vector<int64_t>& shape) const;
+  Tensor reshape(const std::vector<int64_t>& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const;
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor expand(const std::vector<int64_t>& shape) const;
+  Tensor expand_as(const Tensor& other) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dt) const;
+  Tensor to(Device d) const;
+  Tensor to(DeviceType d) const { return to(Device(d)); }
+  Tensor cpu() const { return to(Device(kCPU)); }
+  std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor masked_fill(const Tensor& mask, Scalar value) const;
+
+  // ---- math (free functions in ops/*.h are the definitions) ---------------------------
+  Tensor add(const Tensor& o) const;
+  Tensor sub(const Tensor& o) const;
+  Tensor mul(const Tensor& o) const;
+  Tensor div(const Tensor& o) const;
+  Tensor neg() const;
+  Tensor abs() const;
+  Tensor pow(Scalar e) const;
+  Tensor sqrt() const;
+  Tensor rsqrt() const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor log1p() const;
+  Tensor tanh() const;
+  Tensor sigmoid() const;
+  Tensor relu() const;
+  Tensor matmul(const Tensor& o) const;
+  Tensor sum() const;
+  Tensor sum(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const std::vector<int64_t>& dims, bool keepdim = false) const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+
+  // ---- in-place (bump the version; refuse leaves that require grad in grad mode) ------
+  Tensor& add_(const Tensor& o, Scalar alpha = 1);
+  Tensor& add_(Scalar s);
+  Tensor& sub_(const Tensor& o);
+  Tensor& sub_(Scalar s);
+  Tensor& mul_(const Tensor& o);
+  Tensor& mul_(Scalar s);
+  Tensor& div_(const Tensor& o);
+  Tensor& div_(Scalar s);
+  Tensor& zero_();
+  Tensor& fill_(Scalar v);
+  /// Copies src (broadcast to this shape, any dtype) into this tensor's memory.
+  Tensor& copy_(const Tensor& src);
+  Tensor& clamp_(std::optional<Scalar> min, std::optional<Scalar> max);
+  Tensor& masked_fill_(const Tensor& mask, Scalar value);
+  Tensor& uniform_(double from = 0, double to = 1);
+  Tensor& normal_(double mean = 0, double std = 1);
+
+  std::string str() const;
+
+ private:
+  TensorImpl& impl() const {
+    AG_CHECK(impl_ != nullptr, "tensor", "use of an undefined tensor");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+/// Autograd state of a tensor; allocated only for tensors that take part in autograd.
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+  uint32_t output_nr = 0;
+  std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into grad
+  std::vector<GradHook> hooks;           // leaves: run before accumulation
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+/// Makes a contiguous tensor without autograd state; the building block of factories.
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
+/// Row-major strides of a shape.
+Shape contiguous_strides(const Shape& sizes);
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(Device(kCPU)).to(dtype_of<T>).contiguous();
+  const T* p = static_cast<const T*>(c.raw_data());
+  return std::vector<T>(p, p + c.numel());
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,348 @@
+// The autograd engine and the autograd side of Tensor.
+#include "ampgrad/autograd.h"
+
+#include <atomic>
+#include <sstream>
+#include <cctype>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/reduce.h"
+#include "ampgrad/ops/shape.h"
+
+namespace ampgrad {
+
+namespace {
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_sequence_nr{0};
+
+// Thrown by SavedTensor::get; FunctionNode::apply adds the node's name.
+struct SavedTensorModified : Error {
+  using Error::Error;
+};
+
+std::string backward_name(const char* op) {
+  std::string s;
+  bool up = true;
+  for (const char* c = op; *c; ++c) {
+    if (*c == '_') {
+      up = true;
+      continue;
+    }
+    s += up ? char(std::toupper(static_cast<unsigned char>(*c))) : *c;
+    up = false;
+  }
+  return s + "Backward";
+}
+}  // namespace
+
+bool GradMode::is_enabled() { return t_grad_enabled; }
+void GradMode::set_enabled(bool enabled) { t_grad_enabled = enabled; }
+
+Node::Node() : sequence_nr(g_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (t.defined()) {
+    data_ = t.detach();
+    version_ = t.version();
+  }
+}
+
+const Tensor& SavedTensor::get() const {
+  if (data_.defined() && data_.version() != version_) {
+    std::ostringstream os;
+    os << "a tensor saved for backward (shape " << data_.sizes() << ", " << dtype_name(data_.dtype())
+       << ") was modified by an in-place operation: saved at version " << version_
+       << ", now at version " << data_.version()
+       << "; use an out-of-place op or clone the tensor before modifying it";
+    throw SavedTensorModified(os.str());
+  }
+  return data_;
+}
+
+TensorList FunctionNode::apply(TensorList&& grad_outputs) {
+  AG_CHECK(!released_, "backward", "trying to backward through the graph a second time: ", name_,
+           " has already freed its saved tensors; pass retain_graph=true to the first backward call");
+  bool any = false;
+  for (const Tensor& g : grad_outputs) any = any || g.defined();
+  if (!any) return TensorList(next_edges.size());
+  try {
+    return fn_(grad_outputs, GradMask(next_edges));
+  } catch (const SavedTensorModified& e) {
+    throw Error("[" + name_ + "] " + e.what());
+  }
+}
+
+void FunctionNode::release() {
+  fn_ = nullptr;
+  released_ = true;
+}
+
+AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
+  input_meta.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device()});
+}
+
+TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
+  Tensor g = std::move(grad_outputs[0]);
+  if (!g.defined()) return {};
+  AutogradMeta& meta = leaf_.unsafe_impl()->meta();
+  for (const auto& hook : meta.hooks) {
+    Tensor r = hook(g);
+    if (r.defined()) g = std::move(r);
+  }
+  if (!meta.grad.defined()) {
+    // Keep the incoming tensor when nothing else can see it; otherwise own a copy, so that
+    // later in-place accumulation never writes into another tensor's memory.
+    const bool unshared = g.impl_ptr().use_count() == 1 &&
+                          g.unsafe_impl()->storage.use_count() == 1 && g.is_contiguous();
+    meta.grad = unshared ? g : g.clone();
+  } else {
+    meta.grad.add_(g);
+  }
+  return {};
+}
+
+bool any_requires_grad(std::initializer_list<const Tensor*> inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+bool any_requires_grad(const TensorList& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  TensorImpl* impl = t.unsafe_impl();
+  if (!impl->autograd) return {};
+  AutogradMeta& m = *impl->autograd;
+  if (m.grad_fn) return {m.grad_fn, m.output_nr};
+  if (!m.requires_grad) return {};
+  auto acc = m.grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    m.grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return;
+  auto node = std::make_shared<FunctionNode>(backward_name(name), std::move(fn));
+  node->next_edges.reserve(inputs.size());
+  node->input_meta.reserve(inputs.size());
+  for (const Tensor& in : inputs) {
+    if (in.defined() && in.requires_grad()) {
+      node->next_edges.push_back(gradient_edge(in));
+      node->input_meta.push_back({in.sizes(), in.dtype(), in.device()});
+    } else {
+      node->next_edges.push_back({});
+      node->input_meta.push_back({});
+    }
+  }
+  node->num_outputs = uint32_t(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    AutogradMeta& m = outputs[i].unsafe_impl()->meta();
+    m.grad_fn = node;
+    m.output_nr = uint32_t(i);
+  }
+}
+
+Tensor sum_to(const Tensor& g, const Shape& shape) {
+  if (g.sizes() == shape) return g;
+  const int64_t lead = g.dim() - int64_t(shape.size());
+  AG_CHECK(lead >= 0, "sum_to", "cannot sum shape ", g.sizes(), " to shape ", shape);
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < lead; ++i) dims.push_back(i);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const int64_t gs = g.sizes()[size_t(lead) + i];
+    if (shape[i] == 1 && gs != 1) dims.push_back(lead + int64_t(i));
+    else AG_CHECK(shape[i] == gs, "sum_to", "cannot sum shape ", g.sizes(), " to shape ", shape);
+  }
+  Tensor r = dims.empty() ? g : sum(g, dims, true);
+  return lead > 0 || r.sizes() != shape ? r.view(shape.vec()) : r;
+}
+
+namespace {
+
+Tensor fit_gradient(const Node& node, size_t i, Tensor g) {
+  const InputMeta& meta = node.input_meta[i];
+  if (g.sizes() != meta.sizes) {
+    try {
+      g = sum_to(g, meta.sizes);
+    } catch (const Error&) {
+      std::ostringstream os;
+      os << "[" << node.name() << "] returned a gradient of shape " << g.sizes()
+         << " for input " << i << " of shape " << meta.sizes;
+      throw Error(os.str());
+    }
+  }
+  if (g.dtype() != meta.dtype) g = g.to(meta.dtype);
+  return g;
+}
+
+void accumulate(TensorList& buffer, size_t slot, Tensor g) {
+  if (!buffer[slot].defined()) buffer[slot] = std::move(g);
+  else buffer[slot] = add(buffer[slot], g);
+}
+
+struct ByNewest {
+  bool operator()(const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) const {
+    return a->sequence_nr < b->sequence_nr;
+  }
+};
+
+}  // namespace
+
+void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
+  NoGradGuard no_grad;
+  std::unordered_map<Node*, TensorList> buffers;
+  std::vector<std::shared_ptr<Node>> starts;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& root = roots[i];
+    AG_CHECK(root.defined(), "backward", "called on an undefined tensor");
+    AG_CHECK(root.requires_grad(), "backward", "tensor ", i, " (shape ", root.sizes(),
+             ") does not require grad and has no grad_fn");
+    Tensor g = i < grad_roots.size() ? grad_roots[i] : Tensor();
+    if (!g.defined()) {
+      AG_CHECK(root.numel() == 1, "backward",
+               "a gradient can be created implicitly only for single-element tensors, got shape ",
+               root.sizes(), "; pass a gradient");
+      g = ones_like(root);
+    }
+    AG_CHECK(g.sizes() == root.sizes(), "backward", "gradient of shape ", g.sizes(),
+             " does not match the tensor's shape ", root.sizes());
+    Edge e = gradient_edge(root);
+    TensorList& buf = buffers[e.fn.get()];
+    buf.resize(e.fn->num_outputs);
+    accumulate(buf, e.input_nr, g.to(root.dtype()));
+    starts.push_back(e.fn);
+  }
+
+  // Count, for every reachable node, how many edges lead into it.
+  std::unordered_map<Node*, int> deps;
+  std::unordered_set<Node*> seen;
+  std::vector<Node*> stack;
+  for (auto& s : starts)
+    if (seen.insert(s.get()).second) stack.push_back(s.get());
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->next_edges) {
+      if (!e.valid()) continue;
+      ++deps[e.fn.get()];
+      if (seen.insert(e.fn.get()).second) stack.push_back(e.fn.get());
+    }
+  }
+
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, ByNewest> ready;
+  std::unordered_set<Node*> queued;
+  for (auto& s : starts)
+    if (deps[s.get()] == 0 && queued.insert(s.get()).second) ready.push(s);
+
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = ready.top();
+    ready.pop();
+    TensorList grads = std::move(buffers[node.get()]);
+    buffers.erase(node.get());
+    grads.resize(node->num_outputs);
+    for (auto& [nr, hook] : node->pre_hooks) {
+      if (nr < grads.size() && grads[nr].defined()) {
+        Tensor r = hook(grads[nr]);
+        if (r.defined()) grads[nr] = std::move(r);
+      }
+    }
+    TensorList outs = node->apply(std::move(grads));
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->next_edges.size(); ++i) {
+      const Edge& e = node->next_edges[i];
+      if (!e.valid()) continue;
+      if (i < outs.size() && outs[i].defined()) {
+        TensorList& buf = buffers[e.fn.get()];
+        buf.resize(e.fn->num_outputs);
+        accumulate(buf, e.input_nr, fit_gradient(*node, i, std::move(outs[i])));
+      }
+      if (--deps[e.fn.get()] == 0) ready.push(e.fn);
+    }
+  }
+}
+
+// ---- Tensor's autograd methods ------------------------------------------------------------
+
+bool Tensor::requires_grad() const {
+  const auto& m = impl().autograd;
+  return m && (m->requires_grad || m->grad_fn);
+}
+
+Tensor& Tensor::requires_grad_(bool r) {
+  if (r) {
+    AG_CHECK(is_floating(dtype()), "requires_grad_", "only floating tensors can require gradients, got ",
+             dtype_name(dtype()));
+  } else {
+    AG_CHECK(is_leaf(), "requires_grad_",
+             "cannot turn off requires_grad on a non-leaf tensor; use detach()");
+  }
+  impl().meta().requires_grad = r;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto& m = impl().autograd;
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined())
+    AG_CHECK(g.sizes() == sizes(), "set_grad", "gradient of shape ", g.sizes(),
+             " does not match the tensor's shape ", sizes());
+  impl().meta().grad = g;
+}
+
+bool Tensor::is_leaf() const {
+  const auto& m = impl().autograd;
+  return !m || !m->grad_fn;
+}
+
+const std::shared_ptr<Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<Node> none;
+  const auto& m = impl().autograd;
+  return m ? m->grad_fn : none;
+}
+
+uint32_t Tensor::output_nr() const {
+  const auto& m = impl().autograd;
+  return m ? m->output_nr : 0;
+}
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  run_backward({*this}, {gradient}, retain_graph);
+}
+
+void Tensor::register_hook(GradHook hook) const {
+  AG_CHECK(requires_grad(), "register_hook", "cannot register a hook on a tensor that does not require grad");
+  AutogradMeta& m = impl().meta();
+  if (m.grad_fn) m.grad_fn->pre_hooks.emplace_back(m.output_nr, std::move(hook));
+  else m.hooks.push_back(std::move(hook));
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& i = impl();
+  return Tensor(std::make_shared<TensorImpl>(i.storage, i.sizes, i.strides, i.offset, i.dtype));
+}
+
+Tensor& Tensor::detach_() {
+  if (impl().autograd) {
+    impl().autograd->grad_fn.reset();
+    impl().autograd->requires_grad = false;
+  }
+  return *this;
+}
+
+}  // namespace ampgrad

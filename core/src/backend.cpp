@@ -1,0 +1,44 @@
+// Backend selection, and the defaults that a backend without an entry point inherits.
+#include "ampgrad/backend.h"
+
+namespace ampgrad {
+
+Backend& backend(DeviceType type, const char* op) {
+  if (type == DeviceType::CPU) return cpu_backend();
+  return cuda_backend(op);
+}
+
+#define AG_MISSING(op) AG_ERROR(op, "not implemented on ", device_type_name(device_type()))
+
+void Backend::copy_bytes(void*, Device, const void*, Device, size_t) { AG_MISSING("copy"); }
+void Backend::copy(const Tensor&, const Tensor&) { AG_MISSING("copy"); }
+void Backend::fill(const Tensor&, double) { AG_MISSING("fill"); }
+void Backend::unary(UnaryOp op, const Tensor&, const Tensor&, UnaryParams) { AG_MISSING(op_name(op)); }
+void Backend::binary(BinaryOp op, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op_name(op)); }
+void Backend::compare(CompareOp op, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op_name(op)); }
+void Backend::where(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("where"); }
+void Backend::reduce(ReduceOp op, const Tensor&, const Shape&, const Tensor&, ReduceParams) { AG_MISSING(op_name(op)); }
+void Backend::max_min_dim(bool, const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("max"); }
+void Backend::uniform(const Tensor&, double, double, uint64_t, uint64_t) { AG_MISSING("uniform"); }
+void Backend::normal(const Tensor&, double, double, uint64_t, uint64_t) { AG_MISSING("normal"); }
+void Backend::index_select(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("index_select"); }
+void Backend::index_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("index_add"); }
+void Backend::gather(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("gather"); }
+void Backend::scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("scatter_add"); }
+void Backend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("matmul"); }
+void Backend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("linear"); }
+void Backend::conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
+void Backend::conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
+void Backend::conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
+Tensor Backend::max_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("max_pool2d"); }
+void Backend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("max_pool2d"); }
+void Backend::avg_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("avg_pool2d"); }
+void Backend::avg_pool2d_backward(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("avg_pool2d"); }
+void Backend::softmax(const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING("softmax"); }
+void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING("softmax"); }
+void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
+void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
+
+#undef AG_MISSING
+
+}  // namespace ampgrad

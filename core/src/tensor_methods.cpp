@@ -1,0 +1,200 @@
+// Tensor's methods: thin forwards to the free functions that define each op, and the
+// in-place ops.
+#include <cmath>
+
+#include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/nn.h"
+#include "ampgrad/ops/reduce.h"
+#include "ampgrad/ops/shape.h"
+#include "internal.h"
+
+namespace ampgrad {
+
+Tensor Tensor::view(const std::vector<int64_t>& s) const { return ampgrad::view(*this, s); }
+Tensor Tensor::reshape(const std::vector<int64_t>& s) const { return ampgrad::reshape(*this, s); }
+Tensor Tensor::flatten(int64_t a, int64_t b) const { return ampgrad::flatten(*this, a, b); }
+Tensor Tensor::transpose(int64_t a, int64_t b) const { return ampgrad::transpose(*this, a, b); }
+Tensor Tensor::t() const {
+  AG_CHECK(dim() <= 2, "t", "expects a tensor of at most 2 dims, got ", dim());
+  return dim() < 2 ? *this : ampgrad::transpose(*this, 0, 1);
+}
+Tensor Tensor::permute(const std::vector<int64_t>& d) const { return ampgrad::permute(*this, d); }
+Tensor Tensor::narrow(int64_t d, int64_t s, int64_t l) const { return ampgrad::narrow(*this, d, s, l); }
+Tensor Tensor::select(int64_t d, int64_t i) const { return ampgrad::select(*this, d, i); }
+Tensor Tensor::expand(const std::vector<int64_t>& s) const { return ampgrad::expand(*this, s); }
+Tensor Tensor::expand_as(const Tensor& o) const { return ampgrad::expand(*this, o.sizes().vec()); }
+Tensor Tensor::squeeze() const { return ampgrad::squeeze(*this); }
+Tensor Tensor::squeeze(int64_t d) const { return ampgrad::squeeze(*this, d); }
+Tensor Tensor::unsqueeze(int64_t d) const { return ampgrad::unsqueeze(*this, d); }
+Tensor Tensor::contiguous() const { return ampgrad::contiguous(*this); }
+Tensor Tensor::clone() const { return ampgrad::clone(*this); }
+Tensor Tensor::to(DType dt) const { return to_dtype(*this, dt); }
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  Backend& dst_be = backend(d, "to");
+  Backend& src_be = backend(device(), "to");
+  Tensor src = detail::contiguous_raw(*this);
+  Tensor out = make_tensor(sizes(), dtype(), d);
+  // The non-CPU side moves the bytes.
+  Backend& mover = d.is_cpu() ? src_be : dst_be;
+  mover.copy_bytes(out.raw_data(), d, src.raw_data(), device(), nbytes());
+  if (any_requires_grad({this})) {
+    const Device from = device();
+    record("to", {*this}, {out}, [from](const TensorList& g, GradMask) -> TensorList { return {g[0].to(from)}; });
+  }
+  return out;
+}
+
+std::vector<Tensor> Tensor::split(int64_t s, int64_t d) const { return ampgrad::split(*this, s, d); }
+std::vector<Tensor> Tensor::chunk(int64_t c, int64_t d) const { return ampgrad::chunk(*this, c, d); }
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return ampgrad::index_select(*this, d, i); }
+Tensor Tensor::gather(int64_t d, const Tensor& i) const { return ampgrad::gather(*this, d, i); }
+Tensor Tensor::masked_fill(const Tensor& m, Scalar v) const { return ampgrad::masked_fill(*this, m, v); }
+
+Tensor Tensor::add(const Tensor& o) const { return ampgrad::add(*this, o); }
+Tensor Tensor::sub(const Tensor& o) const { return ampgrad::sub(*this, o); }
+Tensor Tensor::mul(const Tensor& o) const { return ampgrad::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o) const { return ampgrad::div(*this, o); }
+Tensor Tensor::neg() const { return ampgrad::neg(*this); }
+Tensor Tensor::abs() const { return ampgrad::abs(*this); }
+Tensor Tensor::pow(Scalar e) const { return ampgrad::pow(*this, e); }
+Tensor Tensor::sqrt() const { return ampgrad::sqrt(*this); }
+Tensor Tensor::rsqrt() const { return ampgrad::rsqrt(*this); }
+Tensor Tensor::exp() const { return ampgrad::exp(*this); }
+Tensor Tensor::log() const { return ampgrad::log(*this); }
+Tensor Tensor::log1p() const { return ampgrad::log1p(*this); }
+Tensor Tensor::tanh() const { return ampgrad::tanh(*this); }
+Tensor Tensor::sigmoid() const { return ampgrad::sigmoid(*this); }
+Tensor Tensor::relu() const { return ampgrad::relu(*this); }
+Tensor Tensor::matmul(const Tensor& o) const { return ampgrad::matmul(*this, o); }
+Tensor Tensor::sum() const { return ampgrad::sum(*this); }
+Tensor Tensor::sum(const std::vector<int64_t>& d, bool k) const { return ampgrad::sum(*this, d, k); }
+Tensor Tensor::mean() const { return ampgrad::mean(*this); }
+Tensor Tensor::mean(const std::vector<int64_t>& d, bool k) const { return ampgrad::mean(*this, d, k); }
+Tensor Tensor::softmax(int64_t d) const { return ampgrad::softmax(*this, d); }
+Tensor Tensor::log_softmax(int64_t d) const { return ampgrad::log_softmax(*this, d); }
+
+// ---- in-place ------------------------------------------------------------------------------
+
+namespace {
+
+// self = op(self, other): writes straight into self when no graph is needed.
+Tensor& binary_inplace(Tensor& self, const char* name, BinaryOp op, const Tensor& other,
+                       const std::function<Tensor()>& compute) {
+  detail::check_defined(other, name, "other");
+  detail::check_same_device(self, other, name);
+  const bool needs_grad = any_requires_grad({&self, &other});
+  detail::apply_inplace(self, name, needs_grad, compute, [&] {
+    const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+    AG_CHECK(shape == self.sizes(), name, "the result's shape ", shape, " does not match the shape ",
+             self.sizes(), " of the tensor modified in place");
+    DType dt = promote_types(self.dtype(), other.dtype());
+    AG_CHECK(is_floating(self.dtype()) || !is_floating(dt), name, "result dtype ", dtype_name(dt),
+             " cannot be cast to the ", dtype_name(self.dtype()), " tensor modified in place");
+    if (op == BinaryOp::Div && !is_floating(dt)) dt = get_default_dtype();
+    if (dt == self.dtype()) {
+      backend(self.device(), name).binary(op, self, detail::expand_raw(detail::cast_raw(other, dt), shape), self);
+    } else {
+      Tensor r = make_tensor(shape, dt, self.device());
+      backend(self.device(), name).binary(op, detail::cast_raw(self, dt),
+                                          detail::expand_raw(detail::cast_raw(other, dt), shape), r);
+      backend(self.device(), name).copy(r, self);
+    }
+  });
+  return self;
+}
+
+Tensor scalar_for(const Tensor& self, Scalar s) {
+  return scalar_tensor(s, TensorOptions().dtype(result_type(self.dtype(), s)).device(self.device()));
+}
+
+}  // namespace
+
+Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
+  if (alpha.to_double() != 1.0) {
+    Tensor scaled = ampgrad::mul(o, alpha);
+    return binary_inplace(*this, "add_", BinaryOp::Add, scaled, [&] { return ampgrad::add(*this, scaled); });
+  }
+  return binary_inplace(*this, "add_", BinaryOp::Add, o, [&] { return ampgrad::add(*this, o); });
+}
+Tensor& Tensor::add_(Scalar s) { return add_(scalar_for(*this, s)); }
+Tensor& Tensor::sub_(const Tensor& o) {
+  return binary_inplace(*this, "sub_", BinaryOp::Sub, o, [&] { return ampgrad::sub(*this, o); });
+}
+Tensor& Tensor::sub_(Scalar s) { return sub_(scalar_for(*this, s)); }
+Tensor& Tensor::mul_(const Tensor& o) {
+  return binary_inplace(*this, "mul_", BinaryOp::Mul, o, [&] { return ampgrad::mul(*this, o); });
+}
+Tensor& Tensor::mul_(Scalar s) { return mul_(scalar_for(*this, s)); }
+Tensor& Tensor::div_(const Tensor& o) {
+  return binary_inplace(*this, "div_", BinaryOp::Div, o, [&] { return ampgrad::div(*this, o); });
+}
+Tensor& Tensor::div_(Scalar s) { return div_(scalar_for(*this, s)); }
+
+Tensor& Tensor::zero_() { return fill_(0); }
+
+Tensor& Tensor::fill_(Scalar v) {
+  detail::apply_inplace(*this, "fill_", false, nullptr,
+                        [&] { backend(device(), "fill_").fill(*this, v.to_double()); });
+  if (requires_grad() && !is_leaf()) impl().meta().grad_fn.reset();  // a constant now
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  detail::check_defined(src, "copy_", "source");
+  const bool needs_grad = any_requires_grad({this, &src});
+  auto compute = [&] {
+    Tensor r = ampgrad::to_dtype(ampgrad::expand(src.to(device()), sizes().vec()), dtype());
+    return ampgrad::clone(r);
+  };
+  detail::apply_inplace(*this, "copy_", needs_grad, compute, [&] {
+    const Shape shape = broadcast_shapes(sizes(), src.sizes(), "copy_");
+    AG_CHECK(shape == sizes(), "copy_", "source of shape ", src.sizes(), " does not broadcast to ",
+             sizes());
+    Tensor s = src.device() == device() ? src : src.detach().to(device());
+    backend(device(), "copy_").copy(detail::expand_raw(s, sizes()), *this);
+  });
+  return *this;
+}
+
+Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
+  const bool needs_grad = any_requires_grad({this});
+  detail::apply_inplace(*this, "clamp_", needs_grad, [&] { return ampgrad::clamp(*this, min, max); }, [&] {
+    AG_CHECK(min || max, "clamp_", "at least one of min and max must be given");
+    backend(device(), "clamp_").unary(UnaryOp::Clamp, *this, *this,
+                                      {min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY});
+  });
+  return *this;
+}
+
+Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
+  const bool needs_grad = any_requires_grad({this});
+  detail::apply_inplace(*this, "masked_fill_", needs_grad,
+                        [&] { return ampgrad::masked_fill(*this, mask, value); }, [&] {
+    AG_CHECK(mask.defined() && mask.dtype() == kBool, "masked_fill_", "the mask must be a bool tensor");
+    Tensor v = scalar_tensor(value, TensorOptions().dtype(dtype()).device(device()));
+    backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), detail::expand_raw(v, sizes()),
+                                            *this, *this);
+  });
+  return *this;
+}
+
+Tensor& Tensor::uniform_(double from, double to) {
+  detail::apply_inplace(*this, "uniform_", false, nullptr, [&] {
+    auto [seed, offset] = generator_advance(uint64_t(numel()));
+    backend(device(), "uniform_").uniform(*this, from, to, seed, offset);
+  });
+  return *this;
+}
+
+Tensor& Tensor::normal_(double mean, double std) {
+  detail::apply_inplace(*this, "normal_", false, nullptr, [&] {
+    auto [seed, offset] = generator_advance(uint64_t(numel()));
+    backend(device(), "normal_").normal(*this, mean, std, seed, offset);
+  });
+  return *this;
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,150 @@
+// CPU memory, copies and fills, and the backend object.
+//
+// Allocation caches freed blocks of 1 MiB and more (up to kMaxCached bytes in all), keyed
+// by their page-rounded size: a training step frees and reallocates the same large
+// buffers every iteration, and fresh pages from the OS cost a page fault each, which
+// would otherwise dominate memory-bound ops.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/loops.h"
+#include "cpu/vec.h"
+
+namespace ampgrad::cpu {
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kCacheMin = size_t(1) << 20;
+constexpr size_t kMaxCached = size_t(2) << 30;
+constexpr size_t kPage = 4096;
+
+class BlockCache {
+ public:
+  void* get(size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(nbytes);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second;
+    free_.erase(it);
+    cached_ -= nbytes;
+    return p;
+  }
+  bool put(void* p, size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cached_ + nbytes > kMaxCached) return false;
+    free_.emplace(nbytes, p);
+    cached_ += nbytes;
+    return true;
+  }
+  ~BlockCache() {
+    for (auto& [n, p] : free_) std::free(p);
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_ = 0;
+};
+
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache();  // outlives static tensors at exit
+  return *cache;
+}
+
+size_t block_size(size_t nbytes) {
+  if (nbytes >= kCacheMin) return (nbytes + kPage - 1) / kPage * kPage;
+  return (std::max<size_t>(nbytes, 1) + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+void* CpuBackend::allocate(size_t nbytes, int) {
+  const size_t n = block_size(nbytes);
+  void* p = nullptr;
+  if (n >= kCacheMin) p = block_cache().get(n);
+  if (!p) p = std::aligned_alloc(kAlign, n);
+  AG_CHECK(p != nullptr, "allocate", "out of memory allocating ", nbytes, " bytes on cpu");
+  return p;
+}
+
+void CpuBackend::deallocate(void* p, size_t nbytes, int) {
+  if (!p) return;
+  const size_t n = block_size(nbytes);
+  if (n >= kCacheMin && block_cache().put(p, n)) return;
+  std::free(p);
+}
+
+void CpuBackend::copy_bytes(void* dst, Device, const void* src, Device, size_t n) {
+  if (n < size_t(kGrain) * 8) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  parallel_for(0, int64_t(n), kGrain * 8, [&](int64_t b, int64_t e) {
+    std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, size_t(e - b));
+  });
+}
+
+namespace {
+template <class D, class S>
+void copy_loop(const Tensor& src, const Tensor& dst) {
+  for_each_strided<2>({&dst, &src}, [&](char** p, const int64_t* s, int64_t n) {
+    if constexpr (std::is_same_v<D, S>) {
+      if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+        std::memcpy(p[0], p[1], size_t(n) * sizeof(D));
+        return;
+      }
+    } else if constexpr (is_half_v<D> && std::is_same_v<S, float>) {
+      if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+        convert(reinterpret_cast<const float*>(p[1]), reinterpret_cast<D*>(p[0]), size_t(n));
+        return;
+      }
+    } else if constexpr (is_half_v<S> && std::is_same_v<D, float>) {
+      if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
+        convert(reinterpret_cast<const S*>(p[1]), reinterpret_cast<float*>(p[0]), size_t(n));
+        return;
+      }
+    }
+    for (int64_t i = 0; i < n; ++i)
+      *reinterpret_cast<D*>(p[0] + i * s[0]) = cast<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
+  });
+}
+}  // namespace
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  dispatch_all(dst.dtype(), "copy", [&]<class D>() {
+    dispatch_all(src.dtype(), "copy", [&]<class S>() { copy_loop<D, S>(src, dst); });
+  });
+}
+
+void CpuBackend::fill(const Tensor& dst, double value) {
+  dispatch_all(dst.dtype(), "fill", [&]<class T>() {
+    const T v = cast<T>(value);
+    for_each_strided<1>({&dst}, [&](char** p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(T)) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        for (int64_t i = 0; i < n; ++i) o[i] = v;
+      } else {
+        for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+      }
+    });
+  });
+}
+
+}  // namespace ampgrad::cpu
+
+namespace ampgrad {
+Backend& cpu_backend() {
+  static cpu::CpuBackend* b = new cpu::CpuBackend();
+  return *b;
+}
+bool built_with_onednn() {
+#ifdef AMPGRAD_WITH_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+}  // namespace ampgrad

@@ -1,0 +1,66 @@
+// The CPU backend: Eigen and oneDNN (or Eigen alone) plus vectorised loops over OpenMP.
+//
+// One class; each kernel family lives in its own file (elementwise.cpp, reduce.cpp,
+// norm.cpp, index.cpp, random.cpp, and onednn_*.cpp or eigen_*.cpp for the products,
+// convolution and pooling, chosen by AMPGRAD_ONEDNN at configure time).
+#pragma once
+
+#include "ampgrad/backend.h"
+
+namespace ampgrad::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceType device_type() const override { return DeviceType::CPU; }
+
+  void* allocate(size_t nbytes, int device_index) override;
+  void deallocate(void* p, size_t nbytes, int device_index) override;
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, double value) override;
+
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override;
+  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out,
+              ReduceParams p) override;
+  void max_min_dim(bool is_max, const Tensor& x, int64_t dim, const Tensor& values,
+                   const Tensor& indices) override;
+
+  void uniform(const Tensor& out, double low, double high, uint64_t seed, uint64_t offset) override;
+  void normal(const Tensor& out, double mean, double std, uint64_t seed, uint64_t offset) override;
+
+  void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+  void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) override;
+  void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) override;
+
+  void matmul(const Tensor& a, const Tensor& w, const Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+
+  void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+              const Conv2dParams& p) override;
+  void conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in,
+                             const Conv2dParams& p) override;
+  void conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
+                              const Tensor& grad_bias, const Conv2dParams& p) override;
+  Tensor max_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) override;
+  void max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& saved,
+                           const Tensor& grad_in, const Pool2dParams& p) override;
+  void avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) override;
+  void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in,
+                           const Pool2dParams& p) override;
+
+  void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
+  void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
+                        const Tensor& grad_in) override;
+  void layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias,
+                  double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) override;
+  void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                           const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
+                           const Tensor& grad_w, const Tensor& grad_b) override;
+};
+
+}  // namespace ampgrad::cpu

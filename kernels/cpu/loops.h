@@ -1,0 +1,110 @@
+// Strided elementwise iteration over N operands of one shape (operand 0 is the output).
+//
+// for_each_strided coalesces dims that are contiguous in every operand, splits the linear
+// index range over threads, and calls a 1-D inner loop `inner(ptrs, byte_strides, n)` for
+// each run along the innermost dim. Inner loops test the strides once per run: equal to
+// the item size (contiguous, vectorisable) or 0 (a broadcast scalar), else generic.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "ampgrad/tensor.h"
+#include "cpu/parallel.h"
+
+namespace ampgrad::cpu {
+
+inline constexpr int kMaxLoopDims = 16;
+
+template <int N>
+struct StridedLayout {
+  int ndim = 0;
+  int64_t sizes[kMaxLoopDims];
+  int64_t strides[N][kMaxLoopDims];  // bytes; dim 0 is the innermost
+  char* base[N];
+  int64_t numel = 1;
+};
+
+/// Builds the coalesced layout of `ops`, which all have ops[0]'s shape (inputs already
+/// broadcast). Dims are reversed so that dim 0 is the innermost.
+template <int N>
+StridedLayout<N> make_layout(const std::array<const Tensor*, N>& ops) {
+  StridedLayout<N> L;
+  const Shape& sizes = ops[0]->sizes();
+  const int nd = int(sizes.size());
+  AG_CHECK(nd <= kMaxLoopDims, "elementwise", "tensors of more than ", kMaxLoopDims,
+           " dims are not supported, got ", nd);
+  for (int k = 0; k < N; ++k) L.base[k] = static_cast<char*>(ops[k]->raw_data());
+  int d = 0;
+  for (int i = nd - 1; i >= 0; --i) {
+    if (sizes[i] == 1) continue;
+    if (d > 0) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k)
+        if (L.strides[k][d - 1] * L.sizes[d - 1] !=
+            ops[k]->strides()[i] * int64_t(ops[k]->itemsize()))
+          merge = false;
+      if (merge) {
+        L.sizes[d - 1] *= sizes[i];
+        continue;
+      }
+    }
+    L.sizes[d] = sizes[i];
+    for (int k = 0; k < N; ++k) L.strides[k][d] = ops[k]->strides()[i] * int64_t(ops[k]->itemsize());
+    ++d;
+  }
+  if (d == 0) {  // a single element
+    L.sizes[0] = 1;
+    for (int k = 0; k < N; ++k) L.strides[k][0] = 0;
+    d = 1;
+  }
+  L.ndim = d;
+  L.numel = 1;
+  for (int i = 0; i < d; ++i) L.numel *= L.sizes[i];
+  return L;
+}
+
+/// Runs inner(char* ptrs[N], const int64_t strides[N], int64_t n) over the layout.
+template <int N, class Inner>
+void for_each_strided(const StridedLayout<N>& L, const Inner& inner, int64_t grain = kGrain) {
+  if (L.numel == 0) return;
+  parallel_for(0, L.numel, grain, [&](int64_t begin, int64_t end) {
+    int64_t idx[kMaxLoopDims];
+    int64_t rem = begin;
+    for (int d = 0; d < L.ndim; ++d) {
+      idx[d] = rem % L.sizes[d];
+      rem /= L.sizes[d];
+    }
+    char* ptrs[N];
+    int64_t inner_strides[N];
+    for (int k = 0; k < N; ++k) {
+      inner_strides[k] = L.strides[k][0];
+      ptrs[k] = L.base[k];
+      for (int d = 0; d < L.ndim; ++d) ptrs[k] += idx[d] * L.strides[k][d];
+    }
+    int64_t pos = begin;
+    while (pos < end) {
+      const int64_t n = std::min(L.sizes[0] - idx[0], end - pos);
+      inner(ptrs, inner_strides, n);
+      pos += n;
+      if (pos >= end) break;
+      // advance to the start of the next innermost run
+      for (int k = 0; k < N; ++k) ptrs[k] += n * L.strides[k][0];
+      idx[0] += n;
+      for (int d = 0; d < L.ndim - 1 && idx[d] == L.sizes[d]; ++d) {
+        for (int k = 0; k < N; ++k)
+          ptrs[k] += L.strides[k][d + 1] - L.sizes[d] * L.strides[k][d];
+        idx[d] = 0;
+        ++idx[d + 1];
+      }
+    }
+  });
+}
+
+template <int N, class Inner>
+void for_each_strided(const std::array<const Tensor*, N>& ops, const Inner& inner,
+                      int64_t grain = kGrain) {
+  for_each_strided<N>(make_layout<N>(ops), inner, grain);
+}
+
+}  // namespace ampgrad::cpu

@@ -1,0 +1,115 @@
+// Consistency checks for ampgrad/hw/cpu.h. They cannot assume a particular
+// CPU, so they check implications that every correct detection satisfies, and
+// cross-check against what the kernel reports in /proc/cpuinfo where present.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ampgrad/hw/cpu.h"
+
+namespace {
+
+using ampgrad::hw::cpu_features;
+using ampgrad::hw::CpuFeatures;
+using ampgrad::hw::detect_cpu_features;
+
+constexpr bool kX86 =
+#if defined(__x86_64__) || defined(__i386__)
+    true;
+#else
+    false;
+#endif
+
+TEST(CpuFeatures, CachedEqualsFreshDetection) {
+  const CpuFeatures& a = cpu_features();
+  EXPECT_EQ(&a, &cpu_features()) << "cpu_features() must return one cached object";
+  EXPECT_TRUE(a == detect_cpu_features());
+}
+
+TEST(CpuFeatures, BasicFields) {
+  const CpuFeatures& f = cpu_features();
+  EXPECT_EQ(f.logical_cores, static_cast<int>(std::thread::hardware_concurrency()));
+  if (!kX86) {
+    EXPECT_FALSE(f.sse42 || f.avx || f.avx512f || f.amx_tile);
+    GTEST_SKIP() << "non-x86 build";
+  }
+  std::cout << "[ info     ] " << f.vendor << " / " << f.model_name << " / " << f.logical_cores
+            << " threads; avx2=" << f.avx2 << " f16c=" << f.f16c << " avx512f=" << f.avx512f
+            << " avx512_bf16=" << f.avx512_bf16 << " avx512_fp16=" << f.avx512_fp16
+            << " amx_tile=" << f.amx_tile << "\n";
+  EXPECT_EQ(f.vendor.size(), 12u) << "vendor '" << f.vendor << "'";
+  EXPECT_FALSE(f.model_name.empty());
+  if (!f.model_name.empty()) {
+    EXPECT_NE(f.model_name.front(), ' ') << "not trimmed: '" << f.model_name << "'";
+    EXPECT_NE(f.model_name.back(), ' ') << "not trimmed: '" << f.model_name << "'";
+    EXPECT_EQ(f.model_name.find('\0'), std::string::npos);
+  }
+}
+
+TEST(CpuFeatures, Implications) {
+  const CpuFeatures& f = cpu_features();
+  auto implies = [](bool a, bool b) { return !a || b; };
+  EXPECT_TRUE(implies(f.avx2, f.avx));
+  EXPECT_TRUE(implies(f.fma, f.avx));
+  EXPECT_TRUE(implies(f.f16c, f.avx));
+  EXPECT_TRUE(implies(f.avx512f, f.avx2)) << "every AVX-512 CPU has AVX2 (and the OS must enable YMM)";
+  for (bool sub : {f.avx512bw, f.avx512vl, f.avx512dq, f.avx512_bf16, f.avx512_fp16})
+    EXPECT_TRUE(implies(sub, f.avx512f));
+  EXPECT_TRUE(implies(f.avx512_fp16, f.avx512bw && f.avx512vl));
+  EXPECT_TRUE(implies(f.amx_bf16, f.amx_tile));
+  EXPECT_TRUE(implies(f.amx_fp16, f.amx_tile));
+}
+
+// /proc/cpuinfo lists what the CPU and kernel support; our flags additionally
+// need OS state (XCR0) and, for AMX, a per-process permission, so each of our
+// flags must appear there, and on a normal Linux system the converse holds
+// for the non-AMX ones as well.
+TEST(CpuFeatures, AgreesWithProcCpuinfo) {
+  if (!kX86) GTEST_SKIP() << "non-x86 build";
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, vendor, model, flags_line;
+  while (std::getline(in, line)) {
+    if (vendor.empty() && line.rfind("vendor_id", 0) == 0) vendor = line.substr(line.find(':') + 2);
+    if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+    if (flags_line.empty() && line.rfind("flags", 0) == 0) flags_line = line.substr(line.find(':') + 1);
+  }
+  if (flags_line.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
+  std::set<std::string> flags;
+  std::istringstream ss(flags_line);
+  for (std::string w; ss >> w;) flags.insert(w);
+  const CpuFeatures& f = cpu_features();
+  EXPECT_EQ(f.vendor, vendor);
+  if (!model.empty() && model != "unknown") {
+    EXPECT_EQ(f.model_name, model);  // Linux trims the brand string too
+  }
+  const struct {
+    bool ours;
+    const char* name;
+  } pairs[] = {{f.sse42, "sse4_2"},         {f.avx, "avx"},
+               {f.avx2, "avx2"},            {f.fma, "fma"},
+               {f.f16c, "f16c"},            {f.avx512f, "avx512f"},
+               {f.avx512bw, "avx512bw"},    {f.avx512vl, "avx512vl"},
+               {f.avx512dq, "avx512dq"},    {f.avx512_bf16, "avx512_bf16"},
+               {f.avx512_fp16, "avx512_fp16"}};
+  for (const auto& p : pairs) EXPECT_EQ(p.ours, flags.count(p.name) == 1) << p.name;
+  EXPECT_TRUE(!f.amx_tile || flags.count("amx_tile"));
+  EXPECT_TRUE(!f.amx_bf16 || flags.count("amx_bf16"));
+  EXPECT_TRUE(!f.amx_fp16 || flags.count("amx_fp16"));
+}
+
+// Concurrent first use must be safe and give one object (run under TSan/ASan).
+TEST(CpuFeatures, ThreadSafeAccess) {
+  std::vector<std::thread> threads;
+  std::vector<const CpuFeatures*> seen(8);
+  for (size_t i = 0; i < seen.size(); ++i) threads.emplace_back([&, i] { seen[i] = &cpu_features(); });
+  for (auto& t : threads) t.join();
+  for (auto* p : seen) EXPECT_EQ(p, &cpu_features());
+}
+
+}  // namespace

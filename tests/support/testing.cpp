@@ -1,0 +1,128 @@
+#include "support/testing.h"
+
+#include <cmath>
+#include <sstream>
+
+namespace agt {
+
+Tol tol_for(ag::DType dt) {
+  switch (dt) {
+    case ag::kBFloat16: return {1.0 / 128, 1e-2};
+    case ag::kFloat16: return {1.0 / 1024, 1e-3};
+    case ag::kFloat64: return {1e-10, 1e-12};
+    default: return {1e-5, 1e-6};
+  }
+}
+
+::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tensor& ref, double rtol,
+                                    double atol) {
+  if (got.sizes() != ref.sizes())
+    return ::testing::AssertionFailure() << "shape " << got.sizes() << " vs reference " << ref.sizes();
+  const auto g = got.detach().to_vector<double>();
+  const auto r = ref.detach().to_vector<double>();
+  double worst = 0;
+  size_t wi = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(r[i]) || std::isnan(g[i])) {
+      if (std::isnan(r[i]) != std::isnan(g[i]))
+        return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i];
+      continue;
+    }
+    if (std::isinf(r[i]) || std::isinf(g[i])) {
+      if (g[i] != r[i])
+        return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << " vs " << r[i];
+      continue;
+    }
+    const double excess = std::fabs(g[i] - r[i]) - (atol + rtol * std::fabs(r[i]));
+    if (excess > worst) {
+      worst = excess;
+      wi = i;
+    }
+  }
+  if (worst > 0)
+    return ::testing::AssertionFailure() << "element " << wi << ": got " << g[wi] << ", reference "
+                                         << r[wi] << " (rtol " << rtol << ", atol " << atol << ")";
+  return ::testing::AssertionSuccess();
+}
+
+namespace {
+
+// Pointer to element `linear` (row-major over sizes) of a float64 tensor of any strides.
+double* element(const ag::Tensor& t, int64_t linear) {
+  int64_t off = 0;
+  for (int64_t d = t.dim() - 1; d >= 0; --d) {
+    const int64_t s = t.sizes()[size_t(d)];
+    off += (linear % s) * t.strides()[size_t(d)];
+    linear /= s;
+  }
+  return static_cast<double*>(t.raw_data()) + off;
+}
+
+double weighted_sum(const ag::Tensor& out, const ag::Tensor& w) {
+  const auto o = out.detach().to_vector<double>();
+  const auto ww = w.to_vector<double>();
+  double s = 0;
+  for (size_t i = 0; i < o.size(); ++i) s += o[i] * ww[i];
+  return s;
+}
+
+}  // namespace
+
+::testing::AssertionResult gradcheck(
+    const std::function<ag::Tensor(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps, double atol, double rtol) {
+  for (const auto& in : inputs)
+    if (in.defined() && in.requires_grad() && in.dtype() != ag::kFloat64)
+      return ::testing::AssertionFailure() << "gradcheck wants float64 inputs";
+  for (const auto& in : inputs)
+    if (in.defined() && in.requires_grad()) in.set_grad(ag::Tensor());
+  ag::Tensor out = f(inputs);
+  ag::Tensor w = ag::rand(out.sizes().vec(), ag::kFloat64) + 0.5;
+  out.backward(w);
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const ag::Tensor& in = inputs[k];
+    if (!in.defined() || !in.requires_grad()) continue;
+    const ag::Tensor analytic = in.grad();
+    if (!analytic.defined())
+      return ::testing::AssertionFailure() << "input " << k << " received no gradient";
+    if (analytic.sizes() != in.sizes())
+      return ::testing::AssertionFailure() << "input " << k << ": gradient shape " << analytic.sizes()
+                                           << " vs input shape " << in.sizes();
+    const auto a = analytic.to_vector<double>();
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      double* p = element(in, i);
+      const double orig = *p;
+      double plus, minus;
+      {
+        ag::NoGradGuard ng;
+        *p = orig + eps;
+        plus = weighted_sum(f(inputs), w);
+        *p = orig - eps;
+        minus = weighted_sum(f(inputs), w);
+        *p = orig;
+      }
+      const double numeric = (plus - minus) / (2 * eps);
+      if (std::fabs(numeric - a[size_t(i)]) > atol + rtol * std::fabs(numeric))
+        return ::testing::AssertionFailure()
+               << "input " << k << " element " << i << ": analytic " << a[size_t(i)]
+               << " vs numeric " << numeric;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+ag::Tensor non_contiguous(const ag::Tensor& t) {
+  const int64_t n = t.dim();
+  ag::Tensor c = t.detach().transpose(0, n - 1).contiguous().transpose(0, n - 1);
+  if (t.requires_grad()) c.requires_grad_(true);
+  return c;
+}
+
+ag::Tensor rand64(const std::vector<int64_t>& shape, double lo, double hi, bool requires_grad) {
+  ag::Tensor t = ag::rand(shape, ag::kFloat64) * (hi - lo) + lo;
+  t = t.detach();
+  if (requires_grad) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace agt

@@ -1,0 +1,59 @@
+// Test helpers shared by the suites: dtype-aware closeness, a finite-difference gradient
+// check, non-contiguous inputs, and error-message assertions.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ampgrad/ampgrad.h>
+
+namespace agt {
+
+/// Tolerances by dtype: |got - ref| <= atol + rtol * |ref|, with rtol near the dtype's
+/// unit roundoff (2^-8 for bfloat16, 2^-11 for float16).
+struct Tol {
+  double rtol;
+  double atol;
+};
+Tol tol_for(ag::DType dt);
+
+/// Elementwise closeness of two tensors of one shape (any dtypes, compared in float64);
+/// NaNs must match NaNs. The failure message names the worst element.
+::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tensor& ref, double rtol,
+                                    double atol);
+inline ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tensor& ref, Tol t) {
+  return allclose(got, ref, t.rtol, t.atol);
+}
+
+/// Compares the analytical gradient of f (through backward with a random output
+/// gradient) with central finite differences, for every input that requires grad.
+/// Inputs should be float64.
+::testing::AssertionResult gradcheck(
+    const std::function<ag::Tensor(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps = 1e-6, double atol = 1e-5,
+    double rtol = 1e-4);
+
+/// A tensor with t's values whose strides are not contiguous (a transposed copy viewed
+/// back), for testing that ops handle any layout. t must have at least 2 dims.
+ag::Tensor non_contiguous(const ag::Tensor& t);
+
+/// float64 tensor of the given shape, uniform in [lo, hi), requiring grad.
+ag::Tensor rand64(const std::vector<int64_t>& shape, double lo = -1, double hi = 1,
+                  bool requires_grad = true);
+
+}  // namespace agt
+
+/// Expects `stmt` to throw ag::Error whose message contains `substr`.
+#define EXPECT_AG_ERROR(stmt, substr)                                                   \
+  do {                                                                                 \
+    try {                                                                              \
+      stmt;                                                                            \
+      ADD_FAILURE() << "expected ag::Error containing \"" << (substr) << "\" from " #stmt; \
+    } catch (const ag::Error& e_) {                                                    \
+      EXPECT_NE(std::string(e_.what()).find(substr), std::string::npos)                \
+          << "message: " << e_.what() << "\nexpected to contain: " << (substr);        \
+    }                                                                                  \
+  } while (0)
