@@ -158,7 +158,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (t.dim() == 0) os << p.fmt(d[0]);
   else p.rec(d, 0, 7);
   os << ", shape=" << t.sizes() << ", dtype=" << dtype_name(t.dtype());
-  if (!t.device().is_cpu()) os << ", device=" << t.device();
+  os << ", device=" << t.device();
   if (t.grad_fn()) os << ", grad_fn=<" << t.grad_fn()->name() << '>';
   else if (t.requires_grad()) os << ", requires_grad=True";
   return os << ')';

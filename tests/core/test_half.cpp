@@ -12,7 +12,6 @@
 #include <array>
 #include <bit>
 #include <cfenv>
-#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -51,19 +50,6 @@ constexpr std::array<double, 512> kPow2Table = [] {
 }();
 double pow2(int k) { return kPow2Table[static_cast<size_t>(k + 256)]; }
 
-/// Round a non-negative double below 2^52 to an integer in the current
-/// (default: to nearest, ties to even) rounding mode. Same as std::nearbyint,
-/// but adding and subtracting 2^52 inlines, where nearbyint is a libm call
-/// that cost a third of the exhaustive tests' run time.
-double round_to_integer(double x) {
-#if FLT_EVAL_METHOD == 0
-  constexpr double k2p52 = 4503599627370496.0;
-  return (x + k2p52) - k2p52;  // not folded: compilers keep IEEE semantics by default
-#else  // excess precision (x87) would defeat the trick
-  return std::nearbyint(x);
-#endif
-}
-
 /// IEEE-style binary format with ExpBits exponent and ManBits fraction bits,
 /// stored in the low 1 + ExpBits + ManBits bits of a uint16_t.
 template <int ExpBits, int ManBits, bool DecodeQuietsNaN>
@@ -98,7 +84,7 @@ struct Format {
     const int binade = std::max(e - 1, kEmin);  // below kEmin the quantum stays fixed (subnormals)
     // Integer significand in units of the quantum 2^(binade - ManBits);
     // the scaling by a power of two is exact.
-    const double q = round_to_integer(a * pow2(ManBits - binade));
+    const double q = std::nearbyint(a * pow2(ManBits - binade));
     const double implicit = pow2(ManBits);
     uint32_t biased, frac;
     if (q < implicit) {  // subnormal (or zero after rounding)
