@@ -16,14 +16,18 @@ AutogradMeta& TensorImpl::meta() {
   return *autograd;
 }
 
+Storage::~Storage() {
+  if (allocator) allocator->deallocate(data, nbytes, device.index);
+  else if (deleter) deleter(data);
+}
+
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
   Backend& be = backend(device, "allocate");
   auto s = std::make_shared<Storage>();
   s->data = be.allocate(nbytes, device.index);
   s->nbytes = nbytes;
   s->device = device;
-  const int index = device.index;
-  s->deleter = [&be, nbytes, index](void* p) { be.deallocate(p, nbytes, index); };
+  s->allocator = &be;
   return s;
 }
 

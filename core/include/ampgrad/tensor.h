@@ -28,12 +28,16 @@ namespace ampgrad {
 class Tensor;
 struct Node;
 
+class Backend;
+
 /// Memory owned (or borrowed, for from_blob) by one or more tensors.
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
-  /// Frees `data`; empty for borrowed memory.
+  /// The backend that allocated `data` and frees it; null for from_blob memory.
+  Backend* allocator = nullptr;
+  /// Frees from_blob memory; empty for borrowed memory.
   std::function<void(void*)> deleter;
   /// Bumped by every in-place write through any view of this storage.
   uint64_t version = 0;
@@ -41,9 +45,7 @@ struct Storage {
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
-  ~Storage() {
-    if (deleter) deleter(data);
-  }
+  ~Storage();
 };
 
 /// Allocates storage for nbytes on a device, through that device's backend.

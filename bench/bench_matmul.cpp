@@ -1,0 +1,130 @@
+// Matmul throughput: ag::matmul against a raw oneDNN matmul primitive, the ceiling on CPU.
+//
+// Cases are named "matmul/<dtype>/<N>/<impl>" (impl: ampgrad or onednn) so that
+// scripts/bench_table.py pairs each ampgrad case with its peer. Square N x N row-major
+// operands are made once, outside the timing loop, and both sides multiply the same
+// tensors. ag::matmul runs under NoGradGuard and allocates its output, as users call it;
+// the oneDNN primitive is created once and writes into a preallocated plain buffer of the
+// same dtype (bf16 x bf16 -> bf16). Each side runs once untimed before timing (first-touch,
+// JIT). Time is wall-clock (UseRealTime: the work is multi-threaded); the rate counter is
+// "GFLOP/s" counting 2*N^3 flops. Without oneDNN (AMPGRAD_WITH_ONEDNN unset) the peer
+// reports an error and only ampgrad's numbers show. Any ag::Error (e.g. an op not
+// implemented yet) becomes SkipWithError so the rest of the program still runs.
+#include <benchmark/benchmark.h>
+
+#include <ampgrad/ampgrad.h>
+
+#include <string>
+#include <unordered_map>
+
+#if defined(AMPGRAD_WITH_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+
+constexpr int64_t kSizes[] = {256, 512, 1024, 2048};
+constexpr ag::DType kDTypes[] = {ag::kFloat32, ag::kBFloat16};
+
+void set_flops(benchmark::State& state, int64_t n) {
+  const double flops = 2.0 * double(n) * double(n) * double(n);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_matmul_ampgrad(benchmark::State& state, ag::DType dt, int64_t n) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor a = ag::randn({n, n}, dt);
+    const ag::Tensor b = ag::randn({n, n}, dt);
+    { ag::Tensor warm = ag::matmul(a, b); }
+    for (auto _ : state) {
+      ag::Tensor c = ag::matmul(a, b);
+      benchmark::DoNotOptimize(c.raw_data());
+    }
+    set_flops(state, n);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+#if defined(AMPGRAD_WITH_ONEDNN)
+dnnl::memory::data_type dnnl_type(ag::DType dt) {
+  return dt == ag::kBFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+}
+
+void BM_matmul_onednn(benchmark::State& state, ag::DType dt, int64_t n) {
+  try {
+    ag::manual_seed(0);
+    const ag::Tensor a = ag::randn({n, n}, dt);
+    const ag::Tensor b = ag::randn({n, n}, dt);
+    const ag::Tensor c = ag::empty({n, n}, dt);
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream strm(eng);
+    const dnnl::memory::desc md({n, n}, dnnl_type(dt), dnnl::memory::format_tag::ab);
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(eng, md, md, md);
+#else
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), eng);
+#endif
+    dnnl::matmul prim(pd);
+    dnnl::memory ma(md, eng, a.raw_data()), mb(md, eng, b.raw_data()), mc(md, eng, c.raw_data());
+    const std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    prim.execute(strm, args);
+    strm.wait();
+    for (auto _ : state) {
+      prim.execute(strm, args);
+      strm.wait();
+      benchmark::ClobberMemory();
+    }
+    set_flops(state, n);
+  } catch (const dnnl::error& e) {
+    state.SkipWithError((std::string("[onednn] ") + e.what()).c_str());
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+#else
+void BM_matmul_onednn(benchmark::State& state, ag::DType, int64_t) {
+  state.SkipWithError("[onednn] peer skipped: bench built without oneDNN (AMPGRAD_ONEDNN=OFF)");
+  for (auto _ : state) {
+  }
+}
+#endif
+
+void register_all() {
+  for (ag::DType dt : kDTypes) {
+    for (int64_t n : kSizes) {
+      const std::string base = std::string("matmul/") + ag::dtype_name(dt) + "/" + std::to_string(n);
+      for (int impl = 0; impl < 2; ++impl) {
+        auto* fn = impl == 0 ? BM_matmul_ampgrad : BM_matmul_onednn;
+        auto* b = benchmark::RegisterBenchmark((base + (impl == 0 ? "/ampgrad" : "/onednn")).c_str(),
+                                               [fn, dt, n](benchmark::State& s) { fn(s, dt, n); });
+        b->UseRealTime()->Unit(benchmark::kMillisecond);
+        // Keep the whole run short: 2048^3 takes ~0.1-1 s per product on a small machine.
+        if (n >= 2048) b->Iterations(2)->Repetitions(3);
+        else b->MinTime(0.2);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("cpu_model", ag::hw::cpu_features().model_name);
+#if defined(AMPGRAD_WITH_ONEDNN)
+  const dnnl_version_t* v = dnnl_version();
+  benchmark::AddCustomContext("onednn", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                                            std::to_string(v->patch));
+#else
+  benchmark::AddCustomContext("onednn", "off");
+#endif
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

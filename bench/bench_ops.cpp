@@ -1,0 +1,120 @@
+// Elementwise throughput and per-op overhead.
+//
+// add/float32/16M: ag::add(a, b), allocating its output as users call it, against its
+// ceiling, a plain `#pragma omp parallel for` loop c[i] = a[i] + b[i] over preallocated
+// float arrays. Both count 3 x 4 bytes per element in the "GB/s" rate counter and use
+// wall-clock time (multi-threaded). Cases are named "<case>/<impl>" (impl: ampgrad or a
+// peer) so that scripts/bench_table.py pairs them.
+// tiny_add/*: a 1-element float32 add, with grad mode off and with one input requiring
+// grad (a node is recorded). Only the forward call is measured, no backward; the result,
+// and with it the recorded graph, is freed at the end of each iteration, so the time per
+// iteration is the cost of creating and dropping one op's output (and node).
+// Any ag::Error becomes SkipWithError so the rest of the program still runs.
+#include <benchmark/benchmark.h>
+
+#include <ampgrad/ampgrad.h>
+
+#include <cstdlib>
+#include <memory>
+
+namespace {
+
+constexpr int64_t kAddN = int64_t(1) << 24;  // 16M elements
+
+void set_bytes(benchmark::State& state, int64_t n) {
+  state.counters["GB/s"] =
+      benchmark::Counter(double(n) * 3 * sizeof(float) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_add_ampgrad(benchmark::State& state) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor a = ag::randn({kAddN});
+    const ag::Tensor b = ag::randn({kAddN});
+    { ag::Tensor warm = ag::add(a, b); }
+    for (auto _ : state) {
+      ag::Tensor c = ag::add(a, b);
+      benchmark::DoNotOptimize(c.raw_data());
+    }
+    set_bytes(state, kAddN);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<float[], FreeDeleter>;
+Buffer make_buffer(int64_t n) {
+  return Buffer(static_cast<float*>(std::aligned_alloc(64, size_t(n) * sizeof(float))));
+}
+
+void BM_add_omp(benchmark::State& state) {
+  const int64_t n = kAddN;
+  Buffer a = make_buffer(n), b = make_buffer(n), c = make_buffer(n);
+  float *pa = a.get(), *pb = b.get(), *pc = c.get();
+  // First touch by the threads that will use the pages, like the loop below.
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    pa[i] = float(i % 1000) * 0.5f;
+    pb[i] = float(i % 777) * 0.25f;
+    pc[i] = 0.f;
+  }
+  for (auto _ : state) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) pc[i] = pa[i] + pb[i];
+    benchmark::DoNotOptimize(pc);
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n);
+}
+
+void BM_tiny_add_nograd(benchmark::State& state) {
+  try {
+    ag::NoGradGuard no_grad;
+    const ag::Tensor a = ag::ones({1});
+    const ag::Tensor b = ag::ones({1});
+    for (auto _ : state) {
+      ag::Tensor c = ag::add(a, b);
+      benchmark::DoNotOptimize(c.unsafe_impl());
+    }
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_tiny_add_record(benchmark::State& state) {
+  try {
+    ag::EnableGradGuard grad;
+    const ag::Tensor a = ag::ones({1}, ag::TensorOptions().requires_grad(true));
+    const ag::Tensor b = ag::ones({1});
+    {
+      ag::Tensor c = ag::add(a, b);
+      if (!c.grad_fn()) state.SkipWithError("[tiny_add] no node was recorded for an input requiring grad");
+    }
+    for (auto _ : state) {
+      ag::Tensor c = ag::add(a, b);  // records AddBackward; freed with c at the end of the body
+      benchmark::DoNotOptimize(c.unsafe_impl());
+    }
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_add_omp)->Name("add/float32/16M/omp_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_tiny_add_nograd)->Name("tiny_add/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
+BENCHMARK(BM_tiny_add_record)->Name("tiny_add/recording/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("cpu_model", ag::hw::cpu_features().model_name);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,588 @@
+// The shared half of the CPU products, convolution and pooling: matmul geometry, the
+// Eigen GEMM and im2col convolution (the whole Eigen build; float64 in the oneDNN build),
+// and the pooling loops of both builds. See conv_common.h for the conventions.
+//
+// Threading: a batch (or a minibatch of images) with at least as many items as threads
+// is split over threads with one single-threaded GEMM each; a smaller one runs its items
+// in turn and lets Eigen split each GEMM (Eigen's OpenMP path stays serial when called
+// inside a parallel region, so the two never nest).
+#include "cpu/conv_common.h"
+
+#include <Eigen/Core>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
+#include "cpu/cpu_backend.h"
+#include "cpu/parallel.h"
+#include "cpu/vec.h"
+#include "internal.h"
+
+namespace ampgrad::cpu {
+
+// ---- geometry ------------------------------------------------------------------------------
+
+namespace {
+
+// Whether a [R, C] matrix with strides (rs, cs) can be read as row-major or column-major
+// with a leading dimension. Size-1 dims put no constraint on their stride.
+bool row_major_ok(int64_t R, int64_t C, int64_t rs, int64_t cs) {
+  return (cs == 1 || C <= 1) && (R <= 1 || rs >= std::max<int64_t>(C, 1));
+}
+bool col_major_ok(int64_t R, int64_t C, int64_t rs, int64_t cs) {
+  return (rs == 1 || R <= 1) && (C <= 1 || cs >= std::max<int64_t>(R, 1));
+}
+
+MatLayout layout_of(const Tensor& t) {
+  const int64_t R = t.size(1), C = t.size(2), rs = t.stride(1), cs = t.stride(2);
+  MatLayout L;
+  L.bs = t.size(0) > 1 ? t.stride(0) : 0;
+  if (row_major_ok(R, C, rs, cs)) {
+    L.cs = 1;
+    L.rs = R <= 1 ? std::max<int64_t>(C, 1) : rs;
+  } else {
+    L.rs = 1;
+    L.cs = C <= 1 ? std::max<int64_t>(R, 1) : cs;
+  }
+  return L;
+}
+
+Tensor contiguous_copy(const Tensor& t, DType dt) {
+  Tensor c = make_tensor(t.sizes(), dt, t.device());
+  cpu_backend().copy(t, c);
+  return c;
+}
+
+// float32 contiguous copy of a possibly undefined tensor.
+Tensor to_float(const Tensor& t) { return t.defined() ? contiguous_copy(t, kFloat32) : t; }
+
+}  // namespace
+
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t n = t.dim();
+  const int64_t R = t.size(n - 2), C = t.size(n - 1), rs = t.stride(n - 2), cs = t.stride(n - 1);
+  if (row_major_ok(R, C, rs, cs) || col_major_ok(R, C, rs, cs)) return t;
+  return contiguous_copy(t, t.dtype());
+}
+
+MatmulGeom matmul_geom(const Tensor& a, const Tensor& w) {
+  MatmulGeom g;
+  g.B = a.size(0);
+  g.M = a.size(1);
+  g.K = a.size(2);
+  g.N = w.size(2);
+  g.a = layout_of(a);
+  g.w = layout_of(w);
+  // A shared right operand and left batches stacked row after row: one tall GEMM.
+  if (g.B > 1 && g.w.bs == 0 && g.a.row_major() && g.a.bs == g.M * g.a.rs) {
+    g.M *= g.B;
+    g.B = 1;
+    g.a.bs = 0;
+  }
+  return g;
+}
+
+Tensor float_copy(const Tensor& t) {
+  if (t.size(0) > 1 && t.stride(0) == 0) {
+    Tensor one = detail::make_view(t, {1, t.size(1), t.size(2)}, t.strides(), t.storage_offset());
+    Tensor f = contiguous_copy(one, kFloat32);
+    return detail::make_view(f, t.sizes(), {0, t.size(2), 1}, 0);
+  }
+  return contiguous_copy(t, kFloat32);
+}
+
+// ---- Eigen GEMM ------------------------------------------------------------------------
+
+namespace {
+
+template <class T, int LA, int LW>
+void gemm_one(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t M, int64_t K,
+              int64_t N, const T* bias) {
+  using namespace Eigen;
+  using MatA = Map<const Matrix<T, Dynamic, Dynamic, LA>, 0, OuterStride<>>;
+  using MatW = Map<const Matrix<T, Dynamic, Dynamic, LW>, 0, OuterStride<>>;
+  Map<Matrix<T, Dynamic, Dynamic, RowMajor>> C(c, M, N);
+  if (K == 0) C.setZero();
+  else C.noalias() = MatA(a, M, K, OuterStride<>(lda)) * MatW(w, K, N, OuterStride<>(ldw));
+  if (bias) C.rowwise() += Map<const Matrix<T, 1, Dynamic>>(bias, N);
+}
+
+template <class T>
+void gemm_layouts(bool a_rows, bool w_rows, const T* a, int64_t lda, const T* w, int64_t ldw,
+                  T* c, int64_t M, int64_t K, int64_t N, const T* bias) {
+  constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
+  if (a_rows) {
+    if (w_rows) gemm_one<T, R, R>(a, lda, w, ldw, c, M, K, N, bias);
+    else gemm_one<T, R, Cm>(a, lda, w, ldw, c, M, K, N, bias);
+  } else {
+    if (w_rows) gemm_one<T, Cm, R>(a, lda, w, ldw, c, M, K, N, bias);
+    else gemm_one<T, Cm, Cm>(a, lda, w, ldw, c, M, K, N, bias);
+  }
+}
+
+// Items to run in parallel, each single-threaded, rather than in turn: enough of them to
+// occupy the threads, or too small for Eigen to split well.
+bool split_items(int64_t items, double flops_per_item) {
+  return items > 1 && (items >= omp_get_max_threads() || flops_per_item < 2.0 * (1 << 21));
+}
+
+template <class Body>
+void over_items(int64_t items, double flops_per_item, const Body& body) {
+  if (split_items(items, flops_per_item)) {
+    parallel_for(0, items, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) body(i);
+    });
+  } else {
+    for (int64_t i = 0; i < items; ++i) body(i);
+  }
+}
+
+template <class T>
+void gemm_batched(const MatmulGeom& g, const T* a, const T* w, T* c, const T* bias) {
+  over_items(g.B, 2.0 * double(g.M) * double(g.N) * double(g.K), [&](int64_t b) {
+    gemm_layouts<T>(g.a.row_major(), g.w.row_major(), a + b * g.a.bs, g.a.ld(), w + b * g.w.bs,
+                    g.w.ld(), c + b * g.M * g.N, g.M, g.K, g.N, bias);
+  });
+}
+
+// out = a @ w (+ bias) for 3-D a, w; float16/bfloat16 through float32 buffers.
+void gemm_any(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out) {
+  if (out.numel() == 0) return;
+  if (is_reduced_floating(out.dtype())) {
+    Tensor of = make_tensor(out.sizes(), kFloat32, out.device());
+    gemm_any(float_copy(a0), float_copy(w0), to_float(bias), of);
+    cpu_backend().copy(of, out);
+    return;
+  }
+  const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
+  const Tensor b = bias.defined() ? detail::contiguous_raw(bias) : bias;
+  const MatmulGeom g = matmul_geom(a, w);
+  dispatch_floating(out.dtype(), "matmul", [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      gemm_batched<T>(g, static_cast<const T*>(a.raw_data()), static_cast<const T*>(w.raw_data()),
+                      static_cast<T*>(out.raw_data()),
+                      b.defined() ? static_cast<const T*>(b.raw_data()) : nullptr);
+    }
+  });
+}
+
+}  // namespace
+
+void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out) { gemm_any(a, w, Tensor(), out); }
+
+void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  // x [M, K] as one batch; weight [N, K] read transposed in place as [K, N].
+  Tensor a = detail::make_view(x, {1, x.size(0), x.size(1)}, {0, x.stride(0), x.stride(1)},
+                               x.storage_offset());
+  Tensor w = detail::make_view(weight, {1, weight.size(1), weight.size(0)},
+                               {0, weight.stride(1), weight.stride(0)}, weight.storage_offset());
+  Tensor o = detail::make_view(out, {1, out.size(0), out.size(1)}, {0, out.size(1), 1},
+                               out.storage_offset());
+  gemm_any(a, w, bias, o);
+}
+
+// ---- im2col convolution --------------------------------------------------------------------
+
+namespace {
+
+struct ConvDims {
+  int64_t N, C, H, W, OC, KH, KW, OH, OW, G, Cg, OCg;
+  int64_t sh, sw, ph, pw, dh, dw;
+  int64_t rows() const { return Cg * KH * KW; }  // of the column matrix
+  int64_t cols() const { return OH * OW; }
+  // A 1x1 kernel that reads every input pixel once: the input plane is the column matrix.
+  bool pointwise() const {
+    return KH == 1 && KW == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0;
+  }
+};
+
+ConvDims conv_dims(const Shape& x, const Shape& w, const Shape& out, const Conv2dParams& p) {
+  ConvDims d{};
+  d.N = x[0];
+  d.C = x[1];
+  d.H = x[2];
+  d.W = x[3];
+  d.OC = w[0];
+  d.KH = w[2];
+  d.KW = w[3];
+  d.OH = out[2];
+  d.OW = out[3];
+  d.G = p.groups;
+  d.Cg = d.C / d.G;
+  d.OCg = d.OC / d.G;
+  d.sh = p.stride[0];
+  d.sw = p.stride[1];
+  d.ph = p.padding[0];
+  d.pw = p.padding[1];
+  d.dh = p.dilation[0];
+  d.dw = p.dilation[1];
+  return d;
+}
+
+template <class T>
+void im2col(const T* x, T* col, const ConvDims& d) {
+  for (int64_t c = 0; c < d.Cg; ++c)
+    for (int64_t kh = 0; kh < d.KH; ++kh)
+      for (int64_t kw = 0; kw < d.KW; ++kw) {
+        T* dst = col + ((c * d.KH + kh) * d.KW + kw) * d.cols();
+        const T* plane = x + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.OH; ++oh) {
+          const int64_t ih = oh * d.sh - d.ph + kh * d.dh;
+          T* row = dst + oh * d.OW;
+          if (ih < 0 || ih >= d.H) {
+            std::fill(row, row + d.OW, T(0));
+            continue;
+          }
+          const T* src = plane + ih * d.W;
+          for (int64_t ow = 0; ow < d.OW; ++ow) {
+            const int64_t iw = ow * d.sw - d.pw + kw * d.dw;
+            row[ow] = iw >= 0 && iw < d.W ? src[iw] : T(0);
+          }
+        }
+      }
+}
+
+// The adjoint of im2col: adds each column entry into the input pixel it was read from.
+template <class T>
+void col2im(const T* col, T* x, const ConvDims& d) {
+  for (int64_t c = 0; c < d.Cg; ++c)
+    for (int64_t kh = 0; kh < d.KH; ++kh)
+      for (int64_t kw = 0; kw < d.KW; ++kw) {
+        const T* src = col + ((c * d.KH + kh) * d.KW + kw) * d.cols();
+        T* plane = x + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.OH; ++oh) {
+          const int64_t ih = oh * d.sh - d.ph + kh * d.dh;
+          if (ih < 0 || ih >= d.H) continue;
+          T* dst = plane + ih * d.W;
+          const T* row = src + oh * d.OW;
+          for (int64_t ow = 0; ow < d.OW; ++ow) {
+            const int64_t iw = ow * d.sw - d.pw + kw * d.dw;
+            if (iw >= 0 && iw < d.W) dst[iw] += row[ow];
+          }
+        }
+      }
+}
+
+template <class T>
+using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class T>
+using MapMat = Eigen::Map<RowMat<T>>;
+template <class T>
+using MapCMat = Eigen::Map<const RowMat<T>>;
+
+double conv_flops(const ConvDims& d) { return 2.0 * double(d.OC) * double(d.rows()) * double(d.cols()); }
+
+template <class T>
+void conv_fwd(const T* x, const T* w, const T* bias, T* out, const ConvDims& d) {
+  over_items(d.N, conv_flops(d), [&](int64_t n) {
+    std::vector<T> col(d.pointwise() ? 0 : size_t(d.rows() * d.cols()));
+    for (int64_t g = 0; g < d.G; ++g) {
+      const T* xg = x + (n * d.C + g * d.Cg) * d.H * d.W;
+      if (!d.pointwise()) im2col(xg, col.data(), d);
+      MapCMat<T> cm(d.pointwise() ? xg : col.data(), d.rows(), d.cols());
+      MapCMat<T> wg(w + g * d.OCg * d.rows(), d.OCg, d.rows());
+      MapMat<T> og(out + (n * d.OC + g * d.OCg) * d.cols(), d.OCg, d.cols());
+      og.noalias() = wg * cm;
+      if (bias) og.colwise() += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(bias + g * d.OCg, d.OCg);
+    }
+  });
+}
+
+template <class T>
+void conv_bwd_input(const T* gy, const T* w, T* gx, const ConvDims& d) {
+  over_items(d.N, conv_flops(d), [&](int64_t n) {
+    std::vector<T> col(d.pointwise() ? 0 : size_t(d.rows() * d.cols()));
+    for (int64_t g = 0; g < d.G; ++g) {
+      T* gxg = gx + (n * d.C + g * d.Cg) * d.H * d.W;
+      MapCMat<T> wg(w + g * d.OCg * d.rows(), d.OCg, d.rows());
+      MapCMat<T> gyg(gy + (n * d.OC + g * d.OCg) * d.cols(), d.OCg, d.cols());
+      if (d.pointwise()) {
+        MapMat<T>(gxg, d.rows(), d.cols()).noalias() = wg.transpose() * gyg;
+      } else {
+        MapMat<T>(col.data(), d.rows(), d.cols()).noalias() = wg.transpose() * gyg;
+        std::fill(gxg, gxg + d.Cg * d.H * d.W, T(0));
+        col2im(col.data(), gxg, d);
+      }
+    }
+  });
+}
+
+// Each thread sums its images' contributions privately; the sums meet under a lock.
+template <class T>
+void conv_bwd_weight(const T* gy, const T* x, T* gw, const ConvDims& d) {
+  const int64_t wsize = d.OC * d.rows();
+  std::fill(gw, gw + wsize, T(0));
+  std::mutex mu;
+  auto chunk = [&](int64_t b, int64_t e, bool private_sum) {
+    std::vector<T> col(d.pointwise() ? 0 : size_t(d.rows() * d.cols()));
+    std::vector<T> local(private_sum ? size_t(wsize) : 0, T(0));
+    T* acc = private_sum ? local.data() : gw;
+    for (int64_t n = b; n < e; ++n)
+      for (int64_t g = 0; g < d.G; ++g) {
+        const T* xg = x + (n * d.C + g * d.Cg) * d.H * d.W;
+        if (!d.pointwise()) im2col(xg, col.data(), d);
+        MapCMat<T> cm(d.pointwise() ? xg : col.data(), d.rows(), d.cols());
+        MapCMat<T> gyg(gy + (n * d.OC + g * d.OCg) * d.cols(), d.OCg, d.cols());
+        MapMat<T>(acc + g * d.OCg * d.rows(), d.OCg, d.rows()).noalias() += gyg * cm.transpose();
+      }
+    if (private_sum) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (int64_t i = 0; i < wsize; ++i) gw[i] += local[size_t(i)];
+    }
+  };
+  if (split_items(d.N, conv_flops(d))) parallel_for(0, d.N, 1, [&](int64_t b, int64_t e) { chunk(b, e, true); });
+  else chunk(0, d.N, false);
+}
+
+template <class T>
+const T* ptr_or_null(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.raw_data()) : nullptr;
+}
+
+// Runs f.template operator()<T>() with T float or double; float16/bfloat16 tensors are
+// replaced by float32 copies first (the caller converts its outputs back).
+template <class F>
+void dispatch_compute(DType dt, const char* op, const F& f) {
+  dispatch_floating(dt, op, [&]<class T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) f.template operator()<T>();
+    else AG_ERROR(op, "internal: ", dtype_name(dt), " must be widened before the GEMM");
+  });
+}
+
+}  // namespace
+
+void eigen_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                  const Conv2dParams& p) {
+  if (out.numel() == 0) return;
+  if (is_reduced_floating(out.dtype())) {
+    Tensor of = make_tensor(out.sizes(), kFloat32, out.device());
+    eigen_conv2d(to_float(x), to_float(w), to_float(bias), of, p);
+    cpu_backend().copy(of, out);
+    return;
+  }
+  const ConvDims d = conv_dims(x.sizes(), w.sizes(), out.sizes(), p);
+  dispatch_compute(out.dtype(), "conv2d", [&]<class T>() {
+    conv_fwd<T>(ptr_or_null<T>(x), ptr_or_null<T>(w), ptr_or_null<T>(bias),
+                static_cast<T*>(out.raw_data()), d);
+  });
+}
+
+void eigen_conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in,
+                                 const Conv2dParams& p) {
+  if (grad_in.numel() == 0) return;
+  if (is_reduced_floating(grad_in.dtype())) {
+    Tensor gf = make_tensor(grad_in.sizes(), kFloat32, grad_in.device());
+    eigen_conv2d_backward_input(to_float(grad_out), to_float(w), gf, p);
+    cpu_backend().copy(gf, grad_in);
+    return;
+  }
+  const ConvDims d = conv_dims(grad_in.sizes(), w.sizes(), grad_out.sizes(), p);
+  if (grad_out.numel() == 0) {
+    cpu_backend().fill(grad_in, 0);
+    return;
+  }
+  dispatch_compute(grad_in.dtype(), "conv2d", [&]<class T>() {
+    conv_bwd_input<T>(ptr_or_null<T>(grad_out), ptr_or_null<T>(w),
+                      static_cast<T*>(grad_in.raw_data()), d);
+  });
+}
+
+void eigen_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
+                                  const Tensor& grad_bias, const Conv2dParams& p) {
+  if (grad_bias.defined()) conv_bias_grad(grad_out, grad_bias);
+  if (!grad_w.defined() || grad_w.numel() == 0) return;
+  if (is_reduced_floating(grad_w.dtype())) {
+    Tensor gf = make_tensor(grad_w.sizes(), kFloat32, grad_w.device());
+    eigen_conv2d_backward_weight(to_float(grad_out), to_float(x), gf, Tensor(), p);
+    cpu_backend().copy(gf, grad_w);
+    return;
+  }
+  const ConvDims d = conv_dims(x.sizes(), grad_w.sizes(), grad_out.sizes(), p);
+  dispatch_compute(grad_w.dtype(), "conv2d", [&]<class T>() {
+    conv_bwd_weight<T>(ptr_or_null<T>(grad_out), ptr_or_null<T>(x),
+                       static_cast<T*>(grad_w.raw_data()), d);
+  });
+}
+
+void conv_bias_grad(const Tensor& grad_out, const Tensor& grad_bias) {
+  const int64_t N = grad_out.size(0), C = grad_out.size(1);
+  const int64_t plane = grad_out.size(2) * grad_out.size(3);
+  dispatch_floating(grad_bias.dtype(), "conv2d", [&]<class T>() {
+    using A = acc_type_t<T>;
+    const T* gy = static_cast<const T*>(grad_out.raw_data());
+    T* gb = static_cast<T*>(grad_bias.raw_data());
+    parallel_for(0, C, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, N * plane)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t c = b; c < e; ++c) {
+                     A s = 0;
+                     for (int64_t n = 0; n < N; ++n) {
+                       const T* p = gy + (n * C + c) * plane;
+                       for (int64_t i = 0; i < plane; ++i) s += A(p[i]);
+                     }
+                     gb[c] = T(s);
+                   }
+                 });
+  });
+}
+
+// ---- pooling ---------------------------------------------------------------------------------
+
+namespace {
+
+struct PoolDims {
+  int64_t planes, H, W, OH, OW;
+  PoolDims(const Shape& in, const Shape& out)
+      : planes(in[0] * in[1]), H(in[2]), W(in[3]), OH(out[2]), OW(out[3]) {}
+  int64_t grain() const { return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, H * W)); }
+};
+
+// Runs body(plane, scratch) over the planes in parallel; scratch is a per-thread buffer of
+// H * W accumulators, used by the backward loops of 16-bit types (their gradients sum in
+// float before one rounding).
+template <class A, class Body>
+void over_planes(const PoolDims& d, const Body& body) {
+  parallel_for(0, d.planes, d.grain(), [&](int64_t b, int64_t e) {
+    std::vector<A> scratch;
+    for (int64_t pl = b; pl < e; ++pl) body(pl, scratch);
+  });
+}
+
+// Accumulates into a gradient plane of type T: directly for float and double, through a
+// float buffer for the 16-bit types.
+template <class T, class Fill>
+void accumulate_plane(T* gi, int64_t n, std::vector<acc_type_t<T>>& scratch, const Fill& fill) {
+  using A = acc_type_t<T>;
+  if constexpr (std::is_same_v<T, A>) {
+    std::fill(gi, gi + n, T(0));
+    fill(gi);
+  } else {
+    scratch.assign(size_t(n), A(0));
+    fill(scratch.data());
+    for (int64_t i = 0; i < n; ++i) gi[i] = T(scratch[size_t(i)]);
+  }
+}
+
+}  // namespace
+
+Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
+  Tensor idx = make_tensor(out.sizes(), kInt64, out.device());
+  const PoolDims d(x.sizes(), out.sizes());
+  dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
+    using A = acc_type_t<T>;
+    const T* xs = static_cast<const T*>(x.raw_data());
+    T* os = static_cast<T*>(out.raw_data());
+    int64_t* is = idx.data_ptr<int64_t>();
+    over_planes<A>(d, [&](int64_t pl, std::vector<A>&) {
+      const T* xp = xs + pl * d.H * d.W;
+      T* op = os + pl * d.OH * d.OW;
+      int64_t* ip = is + pl * d.OH * d.OW;
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          const int64_t hs = oh * p.stride[0] - p.padding[0], ws = ow * p.stride[1] - p.padding[1];
+          A best = -std::numeric_limits<A>::infinity();
+          int64_t bi = -1;
+          for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
+            const int64_t ih = hs + kh * p.dilation[0];
+            if (ih < 0 || ih >= d.H) continue;
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
+              const int64_t iw = ws + kw * p.dilation[1];
+              if (iw < 0 || iw >= d.W) continue;
+              const A v = A(xp[ih * d.W + iw]);
+              // NaN wins, as in PyTorch; the first of equal maxima is kept.
+              if (bi < 0 || v > best || std::isnan(v)) {
+                best = v;
+                bi = ih * d.W + iw;
+              }
+            }
+          }
+          op[oh * d.OW + ow] = bi < 0 ? T(best) : xp[bi];
+          ip[oh * d.OW + ow] = std::max<int64_t>(bi, 0);
+        }
+    });
+  });
+  return idx;
+}
+
+void pool_max_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_in) {
+  const PoolDims d(grad_in.sizes(), grad_out.sizes());
+  const Tensor ic = detail::contiguous_raw(indices);
+  dispatch_floating(grad_in.dtype(), "max_pool2d", [&]<class T>() {
+    using A = acc_type_t<T>;
+    const T* go = static_cast<const T*>(grad_out.raw_data());
+    const int64_t* is = ic.data_ptr<int64_t>();
+    T* gi = static_cast<T*>(grad_in.raw_data());
+    over_planes<A>(d, [&](int64_t pl, std::vector<A>& scratch) {
+      const T* g = go + pl * d.OH * d.OW;
+      const int64_t* ip = is + pl * d.OH * d.OW;
+      accumulate_plane<T>(gi + pl * d.H * d.W, d.H * d.W, scratch, [&](auto* acc) {
+        for (int64_t k = 0; k < d.OH * d.OW; ++k) acc[ip[k]] += A(g[k]);
+      });
+    });
+  });
+}
+
+namespace {
+// PyTorch's avg-pool window: [start, end) clipped to the input, and the divisor, which
+// with count_include_pad counts padding but not the overhang that ceil_mode adds.
+struct AvgWindow {
+  int64_t h0, h1, w0, w1, divisor;
+};
+inline AvgWindow avg_window(int64_t oh, int64_t ow, const PoolDims& d, const Pool2dParams& p) {
+  int64_t h0 = oh * p.stride[0] - p.padding[0], w0 = ow * p.stride[1] - p.padding[1];
+  int64_t h1 = std::min(h0 + p.kernel[0], d.H + p.padding[0]);
+  int64_t w1 = std::min(w0 + p.kernel[1], d.W + p.padding[1]);
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = std::max<int64_t>(h0, 0);
+  w0 = std::max<int64_t>(w0, 0);
+  h1 = std::min(h1, d.H);
+  w1 = std::min(w1, d.W);
+  const int64_t inside = std::max<int64_t>(h1 - h0, 0) * std::max<int64_t>(w1 - w0, 0);
+  return {h0, h1, w0, w1, p.count_include_pad ? padded : inside};
+}
+}  // namespace
+
+void pool_avg_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
+  const PoolDims d(x.sizes(), out.sizes());
+  dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
+    using A = acc_type_t<T>;
+    const T* xs = static_cast<const T*>(x.raw_data());
+    T* os = static_cast<T*>(out.raw_data());
+    over_planes<A>(d, [&](int64_t pl, std::vector<A>&) {
+      const T* xp = xs + pl * d.H * d.W;
+      T* op = os + pl * d.OH * d.OW;
+      for (int64_t oh = 0; oh < d.OH; ++oh)
+        for (int64_t ow = 0; ow < d.OW; ++ow) {
+          const AvgWindow wd = avg_window(oh, ow, d, p);
+          A s = 0;
+          for (int64_t ih = wd.h0; ih < wd.h1; ++ih)
+            for (int64_t iw = wd.w0; iw < wd.w1; ++iw) s += A(xp[ih * d.W + iw]);
+          op[oh * d.OW + ow] = wd.divisor > 0 ? T(s / A(wd.divisor)) : T(0);
+        }
+    });
+  });
+}
+
+void pool_avg_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool2dParams& p) {
+  const PoolDims d(grad_in.sizes(), grad_out.sizes());
+  dispatch_floating(grad_in.dtype(), "avg_pool2d", [&]<class T>() {
+    using A = acc_type_t<T>;
+    const T* go = static_cast<const T*>(grad_out.raw_data());
+    T* gi = static_cast<T*>(grad_in.raw_data());
+    over_planes<A>(d, [&](int64_t pl, std::vector<A>& scratch) {
+      const T* g = go + pl * d.OH * d.OW;
+      accumulate_plane<T>(gi + pl * d.H * d.W, d.H * d.W, scratch, [&](auto* acc) {
+        for (int64_t oh = 0; oh < d.OH; ++oh)
+          for (int64_t ow = 0; ow < d.OW; ++ow) {
+            const AvgWindow wd = avg_window(oh, ow, d, p);
+            if (wd.divisor <= 0) continue;
+            const A v = A(g[oh * d.OW + ow]) / A(wd.divisor);
+            for (int64_t ih = wd.h0; ih < wd.h1; ++ih)
+              for (int64_t iw = wd.w0; iw < wd.w1; ++iw) acc[ih * d.W + iw] += v;
+          }
+      });
+    });
+  });
+}
+
+}  // namespace ampgrad::cpu
