@@ -39,6 +39,9 @@ void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, cons
 void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 
+void Backend::sgd_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdStep&) { AG_MISSING("SGD"); }
+void Backend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStep&) { AG_MISSING("Adam"); }
+
 #undef AG_MISSING
 
 }  // namespace ampgrad

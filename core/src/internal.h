@@ -37,4 +37,8 @@ void apply_inplace(Tensor& self, const char* op, bool needs_grad,
                    const std::function<void()>& write_into);
 void bump_version(const Tensor& t);
 
+/// Number of oneDNN primitives cached by the CPU backend (matmul, linear, conv); 0 in a
+/// build without oneDNN. Tests use it to check that repeated shapes create none.
+size_t cpu_primitive_cache_size();
+
 }  // namespace ampgrad::detail

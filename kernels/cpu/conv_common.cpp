@@ -5,11 +5,15 @@
 // Threading: a batch (or a minibatch of images) with at least as many items as threads
 // is split over threads with one single-threaded GEMM each; a smaller one runs its items
 // in turn and lets Eigen split each GEMM (Eigen's OpenMP path stays serial when called
-// inside a parallel region, so the two never nest).
+// inside a parallel region, so the two never nest). Pooling splits the planes.
+//
+// Max pooling updates a whole output row tap by tap, so the updates are independent and
+// vectorise; a running maximum per output is a serial chain of compare-and-selects.
 #include "cpu/conv_common.h"
 
 #include <Eigen/Core>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -122,9 +126,13 @@ void gemm_layouts(bool a_rows, bool w_rows, const T* a, int64_t lda, const T* w,
 }
 
 // Items to run in parallel, each single-threaded, rather than in turn: enough of them to
-// occupy the threads, or too small for Eigen to split well.
+// occupy the threads, or each too small for Eigen to split well. Work too small to repay
+// waking the threads (about a megaflop in all) stays on the calling thread.
 bool split_items(int64_t items, double flops_per_item) {
-  return items > 1 && (items >= omp_get_max_threads() || flops_per_item < 2.0 * (1 << 21));
+  const int threads = omp_get_max_threads();
+  if (items <= 1 || threads == 1 || omp_in_parallel() || double(items) * flops_per_item < double(1 << 20))
+    return false;
+  return items >= threads || flops_per_item < double(1 << 22);
 }
 
 template <class Body>
@@ -169,7 +177,9 @@ void gemm_any(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tens
 
 }  // namespace
 
-void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out) { gemm_any(a, w, Tensor(), out); }
+void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias) {
+  gemm_any(a, w, bias, out);
+}
 
 void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   // x [M, K] as one batch; weight [N, K] read transposed in place as [K, N].
@@ -463,42 +473,97 @@ void accumulate_plane(T* gi, int64_t n, std::vector<acc_type_t<T>>& scratch, con
   }
 }
 
+// The kernel taps [k0, k1) whose input row start + k * d lies in [0, n).
+inline void tap_range(int64_t start, int64_t k, int64_t d, int64_t n, int64_t& k0, int64_t& k1) {
+  k0 = start < 0 ? (-start + d - 1) / d : 0;
+  k1 = start > n - 1 ? 0 : std::min(k, (n - 1 - start) / d + 1);
+}
+
+// Per output row (or column): where its window starts and which taps fall inside the
+// input; and per tap, the outputs it reaches. Worked out once per call.
+struct Taps {
+  std::vector<int64_t> start, k0, k1;  // per output
+  std::vector<int64_t> o0, o1;         // per tap: outputs [o0, o1) read an input element
+  Taps(int64_t outs, int64_t stride, int64_t pad, int64_t k, int64_t d, int64_t n)
+      : start(size_t(outs)), k0(size_t(outs)), k1(size_t(outs)), o0(size_t(k), 0), o1(size_t(k), 0) {
+    for (int64_t o = 0; o < outs; ++o) {
+      start[size_t(o)] = o * stride - pad;
+      tap_range(start[size_t(o)], k, d, n, k0[size_t(o)], k1[size_t(o)]);
+    }
+    for (int64_t t = 0; t < k; ++t) {
+      int64_t lo = 0;
+      while (lo < outs && !(t >= k0[size_t(lo)] && t < k1[size_t(lo)])) ++lo;
+      int64_t hi = lo;
+      while (hi < outs && t >= k0[size_t(hi)] && t < k1[size_t(hi)]) ++hi;
+      o0[size_t(t)] = lo;
+      o1[size_t(t)] = hi;
+    }
+  }
+};
+
+// One tap of a row of max-pool outputs: outputs [o0, o1) read input base + ow * sw. The
+// outputs are independent, so the loop vectorises (32-bit indices keep the lanes of one
+// width); a running maximum per output would be one long dependency chain instead.
+template <class T, class A>
+void max_tap(const T* __restrict xp, A* __restrict best, int32_t* __restrict bi, int64_t base, int64_t sw,
+             int64_t o0, int64_t o1) {
+  for (int64_t ow = o0; ow < o1; ++ow) {
+    const int32_t i = int32_t(base + ow * sw);
+    const A v = A(xp[i]);
+    const A b = best[ow];
+    const bool take = (v > b) | (v != v);  // PyTorch: a larger value or a NaN takes over
+    best[ow] = take ? v : b;
+    bi[ow] = take ? i : bi[ow];
+  }
+}
 }  // namespace
 
 Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
   Tensor idx = make_tensor(out.sizes(), kInt64, out.device());
   const PoolDims d(x.sizes(), out.sizes());
+  AG_CHECK(d.H * d.W < (int64_t(1) << 31), "max_pool2d", "input planes of ", d.H * d.W,
+           " elements are too large");
+  const int64_t dh = p.dilation[0], dw = p.dilation[1], sw = p.stride[1];
+  const Taps th(d.OH, p.stride[0], p.padding[0], p.kernel[0], dh, d.H);
+  const Taps tw(d.OW, sw, p.padding[1], p.kernel[1], dw, d.W);
   dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
     using A = acc_type_t<T>;
     const T* xs = static_cast<const T*>(x.raw_data());
     T* os = static_cast<T*>(out.raw_data());
     int64_t* is = idx.data_ptr<int64_t>();
-    over_planes<A>(d, [&](int64_t pl, std::vector<A>&) {
-      const T* xp = xs + pl * d.H * d.W;
-      T* op = os + pl * d.OH * d.OW;
-      int64_t* ip = is + pl * d.OH * d.OW;
-      for (int64_t oh = 0; oh < d.OH; ++oh)
-        for (int64_t ow = 0; ow < d.OW; ++ow) {
-          const int64_t hs = oh * p.stride[0] - p.padding[0], ws = ow * p.stride[1] - p.padding[1];
-          A best = -std::numeric_limits<A>::infinity();
-          int64_t bi = -1;
-          for (int64_t kh = 0; kh < p.kernel[0]; ++kh) {
-            const int64_t ih = hs + kh * p.dilation[0];
-            if (ih < 0 || ih >= d.H) continue;
-            for (int64_t kw = 0; kw < p.kernel[1]; ++kw) {
-              const int64_t iw = ws + kw * p.dilation[1];
-              if (iw < 0 || iw >= d.W) continue;
-              const A v = A(xp[ih * d.W + iw]);
-              // NaN wins, as in PyTorch; the first of equal maxima is kept.
-              if (bi < 0 || v > best || std::isnan(v)) {
-                best = v;
-                bi = ih * d.W + iw;
-              }
-            }
-          }
-          op[oh * d.OW + ow] = bi < 0 ? T(best) : xp[bi];
-          ip[oh * d.OW + ow] = std::max<int64_t>(bi, 0);
+    parallel_for(0, d.planes, d.grain(), [&](int64_t pb, int64_t pe) {
+      std::vector<A> best(size_t(d.OW));
+      std::vector<int32_t> bi(size_t(d.OW));
+      std::vector<A> plane(is_half_v<T> ? size_t(d.H * d.W) : 0);
+      for (int64_t pl = pb; pl < pe; ++pl) {
+        // 16-bit planes are widened in bulk first; converting in the tap loop would
+        // keep it from vectorising.
+        const A* xp;
+        if constexpr (is_half_v<T>) {
+          convert(xs + pl * d.H * d.W, plane.data(), size_t(d.H * d.W));
+          xp = plane.data();
+        } else {
+          xp = xs + pl * d.H * d.W;
         }
+        for (int64_t oh = 0; oh < d.OH; ++oh) {
+          const int64_t hs = th.start[size_t(oh)], kh0 = th.k0[size_t(oh)], kh1 = th.k1[size_t(oh)];
+          // -inf at the first tap inside the input; later taps in row-major order.
+          for (int64_t ow = 0; ow < d.OW; ++ow) {
+            best[size_t(ow)] = -std::numeric_limits<A>::infinity();
+            bi[size_t(ow)] = int32_t((hs + kh0 * dh) * d.W + tw.start[size_t(ow)] + tw.k0[size_t(ow)] * dw);
+          }
+          for (int64_t kh = kh0; kh < kh1; ++kh)
+            for (int64_t kw = 0; kw < p.kernel[1]; ++kw)
+              max_tap<A, A>(xp, best.data(), bi.data(), (hs + kh * dh) * d.W - p.padding[1] + kw * dw, sw,
+                            tw.o0[size_t(kw)], tw.o1[size_t(kw)]);
+          T* op = os + (pl * d.OH + oh) * d.OW;
+          int64_t* ip = is + (pl * d.OH + oh) * d.OW;
+          for (int64_t ow = 0; ow < d.OW; ++ow) {
+            op[ow] = T(best[size_t(ow)]);
+            ip[ow] = bi[size_t(ow)];
+          }
+        }
+      }
     });
   });
   return idx;
@@ -516,7 +581,9 @@ void pool_max_backward(const Tensor& grad_out, const Tensor& indices, const Tens
       const T* g = go + pl * d.OH * d.OW;
       const int64_t* ip = is + pl * d.OH * d.OW;
       accumulate_plane<T>(gi + pl * d.H * d.W, d.H * d.W, scratch, [&](auto* acc) {
-        for (int64_t k = 0; k < d.OH * d.OW; ++k) acc[ip[k]] += A(g[k]);
+        const int64_t n = d.H * d.W;  // an index outside the plane (a window with no input) adds nothing
+        for (int64_t k = 0; k < d.OH * d.OW; ++k)
+          if (ip[k] >= 0 && ip[k] < n) acc[ip[k]] += A(g[k]);
       });
     });
   });

@@ -46,7 +46,8 @@ MatmulGeom matmul_geom(const Tensor& a, const Tensor& w);
 Tensor float_copy(const Tensor& t);
 
 // ---- the Eigen implementation ----------------------------------------------------------
-void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out);
+/// out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]), any operand strides.
+void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias = Tensor());
 void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
 void eigen_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                   const Conv2dParams& p);

@@ -61,6 +61,11 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                            const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                            const Tensor& grad_w, const Tensor& grad_b) override;
+
+  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum, const Tensor& master,
+                const SgdStep& s) override;
+  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const Tensor& master, const AdamStep& s) override;
 };
 
 }  // namespace ampgrad::cpu

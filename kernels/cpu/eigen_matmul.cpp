@@ -1,9 +1,20 @@
-// Matrix products (placeholder until the kernels land).
+// Matrix products with Eigen alone (the AMPGRAD_ONEDNN=OFF build).
+//
+// The GEMM itself lives in conv_common.cpp, because the oneDNN build uses it too for
+// float64: strided operands are mapped in place as row- or column-major matrices, batches
+// run in parallel when there are enough of them, and float16/bfloat16 go through float32.
+#include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
+#include "internal.h"
 
 namespace ampgrad::cpu {
-void CpuBackend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_ERROR("matmul", "not implemented yet"); }
-void CpuBackend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  AG_ERROR("linear", "not implemented yet");
+void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { eigen_matmul(a, w, out); }
+void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  eigen_linear(x, weight, bias, out);
 }
 }  // namespace ampgrad::cpu
+
+namespace ampgrad::detail {
+// Eigen caches nothing per shape.
+size_t cpu_primitive_cache_size() { return 0; }
+}  // namespace ampgrad::detail

@@ -1,9 +1,120 @@
-// Matrix products (placeholder until the kernels land).
+// Matrix products through oneDNN matmul primitives (the AMPGRAD_ONEDNN=ON build).
+//
+// Operands are described to oneDNN with their own strides, so transposed views (the
+// backward's a^T and b^T, linear's weight^T) are read in place; a broadcast batch (stride
+// 0) becomes a batch dim of 1, which oneDNN broadcasts. float32 and bfloat16 run natively
+// with float32 accumulation; linear passes its bias to the primitive (fused). Primitives
+// are cached per problem (onednn_cache.h).
+//
+// Fallbacks: float64 goes to the Eigen GEMM (oneDNN has no f64 matmul). A oneDNN float16
+// matmul needs AVX512-FP16 (or AMX-FP16); where the primitive cannot be created (CPUs
+// without it, such as AVX-512 EPYCs) or only the reference kernel exists, which is found
+// out once per shape, the operands are converted to float32, multiplied, and the result
+// is rounded once to float16.
+#include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/onednn_cache.h"
+#include "internal.h"
 
 namespace ampgrad::cpu {
-void CpuBackend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_ERROR("matmul", "not implemented yet"); }
-void CpuBackend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  AG_ERROR("linear", "not implemented yet");
+namespace {
+
+using namespace onednn;
+
+Cache<Prim>& matmul_cache() {
+  static auto* c = new Cache<Prim>();
+  return *c;
 }
+
+// Memory descriptor of one [B, R, C] operand; a broadcast batch has dim 1.
+memory::desc operand_md(bool batched, int64_t B, int64_t R, int64_t C, const MatLayout& L, dt t) {
+  if (!batched) return memory::desc({R, C}, t, {L.rs, L.cs});
+  const int64_t extent = (R - 1) * L.rs + (C - 1) * L.cs + 1;
+  return L.bs == 0 ? memory::desc({1, R, C}, t, {extent, L.rs, L.cs})
+                   : memory::desc({B, R, C}, t, {L.bs, L.rs, L.cs});
+}
+
+std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, bool bias) {
+  const bool batched = g.B > 1;
+  const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
+  const memory::desc w = operand_md(batched, g.B, g.K, g.N, g.w, t);
+  const memory::desc d = batched ? memory::desc({g.B, g.M, g.N}, t, {g.M * g.N, g.N, 1})
+                                 : memory::desc({g.M, g.N}, t, {g.N, 1});
+  const memory::desc b = batched ? memory::desc({1, 1, g.N}, t, {g.N, g.N, 1})
+                                 : memory::desc({1, g.N}, t, {g.N, 1});
+  try {
+    const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a, w, b, d) : dnnl::matmul::desc(a, w, d);
+    const dnnl::matmul::primitive_desc pd(desc, engine());
+    if (is_reference(pd)) return std::make_shared<Prim>();
+    std::vector<std::pair<int, memory::desc>> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}};
+    if (bias) args.push_back({DNNL_ARG_BIAS, b});
+    args.push_back({DNNL_ARG_DST, d});
+    return std::make_shared<Prim>(dnnl::matmul(pd), args);
+  } catch (const dnnl::error& e) {
+    if (e.status == dnnl_unimplemented) return std::make_shared<Prim>();
+    throw;
+  }
+}
+
+void run(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out, const char* op);
+
+// The same product on float32 copies, rounded once into out.
+void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, const char* op) {
+  Tensor of = make_tensor(out.sizes(), kFloat32, out.device());
+  Tensor bf;
+  if (bias.defined()) {
+    bf = make_tensor(bias.sizes(), kFloat32, bias.device());
+    cpu_backend().copy(bias, bf);
+  }
+  run(float_copy(a), float_copy(w), bf, of, op);
+  cpu_backend().copy(of, out);
+}
+
+// out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]).
+void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op) {
+  if (out.numel() == 0) return;
+  const DType dtype = out.dtype();
+  if (dtype == kFloat64) return eigen_matmul(a0, w0, out, bias0);
+  const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
+  const Tensor bias = bias0.defined() ? detail::contiguous_raw(bias0) : bias0;
+  const MatmulGeom g = matmul_geom(a, w);
+  if (g.K == 0) {  // an empty sum: zeros, plus the bias
+    if (bias.defined()) cpu_backend().copy(detail::expand_raw(bias, out.sizes()), out);
+    else cpu_backend().fill(out, 0);
+    return;
+  }
+  Key key;
+  key << 1 << int64_t(dtype) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
+      << g.w.rs << g.w.cs << bias.defined();
+  std::shared_ptr<Prim> prim =
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), bias.defined()); }); });
+  if (!prim->ok()) {
+    if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op);
+    return eigen_matmul(a, w, out, bias);  // float32 that oneDNN only has a reference kernel for
+  }
+  if (bias.defined())
+    prim->execute({a.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data()}, op);
+  else
+    prim->execute({a.raw_data(), w.raw_data(), out.raw_data()}, op);
+}
+
+}  // namespace
+
+void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { run(a, w, Tensor(), out, "matmul"); }
+
+void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  // x [M, K] as one batch; weight [N, K] read transposed in place as [K, N].
+  Tensor a = detail::make_view(x, {1, x.size(0), x.size(1)}, {0, x.stride(0), x.stride(1)},
+                               x.storage_offset());
+  Tensor w = detail::make_view(weight, {1, weight.size(1), weight.size(0)},
+                               {0, weight.stride(1), weight.stride(0)}, weight.storage_offset());
+  Tensor o = detail::make_view(out, {1, out.size(0), out.size(1)}, {0, out.size(1), 1},
+                               out.storage_offset());
+  run(a, w, bias, o, "linear");
+}
+
 }  // namespace ampgrad::cpu
+
+namespace ampgrad::detail {
+size_t cpu_primitive_cache_size() { return cpu::onednn::g_cached_primitives.load(); }
+}  // namespace ampgrad::detail

@@ -6,8 +6,11 @@
 // the bulk (F16C / AVX512-BF16) conversions, so half kernels compute on float chunks.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "ampgrad/convert.h"
@@ -57,6 +60,47 @@ inline void store_acc(const A* src, char* p, int64_t stride, int64_t n) {
     }
   }
   for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p + i * stride) = cast<T>(src[i]);
+}
+
+/// e^x in the accumulation type. For float it is branch-free, so loops calling it
+/// vectorise (std::exp stays a scalar library call without -ffast-math): Cody-Waite
+/// reduction x = n ln2 + r and Cephes' degree-6 polynomial for e^r, within 1 ulp of
+/// std::exp for normal results; results below FLT_MIN flush to 0; inf, -inf and NaN
+/// behave like std::exp. double uses std::exp.
+/// GCC will not vectorise a float operation that it can move under a condition (it could
+/// trap, under the default -ftrapping-math), and it moves any operation whose result only
+/// one arm of a ?: uses. So every float operation runs on x unconditionally, n comes from
+/// the 1.5 * 2^23 rounding trick (no float-to-int conversion), and the special cases are
+/// applied with integer masks at the end.
+template <class A>
+inline A exp_acc(A x) {
+  if constexpr (!std::is_same_v<A, float>) {
+    return std::exp(x);
+  } else {
+    constexpr float kLo = -87.3365478f, kHi = 88.7228394f;  // ln(FLT_MIN), ln(FLT_MAX)
+    constexpr float kMagic = 12582912.0f;                     // 1.5 * 2^23
+    const float shifted = x * 1.44269504088896341f + kMagic;
+    const float fn = shifted - kMagic;  // round(x / ln2), exact for |x / ln2| < 2^22
+    const int32_t n = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kMagic);
+    const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;  // ln2 split in two
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    // 2^n from the exponent bits; n = 128 is not a float's exponent, so take 2 * 2^127.
+    const int32_t top = int32_t(n > 127);
+    const float scale = std::bit_cast<float>(int32_t(uint32_t(n - top + 127) << 23));
+    const float twice = std::bit_cast<float>(int32_t(0x3F800000 + (top << 23)));  // 1 or 2
+    int32_t y = std::bit_cast<int32_t>(p * twice * scale);
+    const int32_t below = -int32_t(x < kLo), above = -int32_t(x > kHi), nan = -int32_t(x != x);
+    y &= ~below;                                                   // underflow: +0
+    y = (y & ~above) | (std::bit_cast<int32_t>(std::numeric_limits<float>::infinity()) & above);
+    y = (y & ~nan) | (std::bit_cast<int32_t>(x) & nan);
+    return std::bit_cast<float>(y);
+  }
 }
 
 }  // namespace ampgrad::cpu

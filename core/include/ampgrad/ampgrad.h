@@ -20,4 +20,16 @@
 #include "ampgrad/tensor.h"
 #include "ampgrad/version.h"
 
+// nn/: modules, optimizers, schedulers, data
+#include "ampgrad/data/dataset.h"
+#include "ampgrad/data/datasets.h"
+#include "ampgrad/data/idx.h"
+#include "ampgrad/nn/init.h"
+#include "ampgrad/nn/layers.h"
+#include "ampgrad/nn/models.h"
+#include "ampgrad/nn/module.h"
+#include "ampgrad/nn/serialize.h"
+#include "ampgrad/optim/optimizer.h"
+#include "ampgrad/optim/scheduler.h"
+
 namespace ag = ampgrad;

@@ -35,6 +35,22 @@ struct Pool2dParams {
   bool count_include_pad = true;  // avg_pool2d
 };
 
+/// One SGD update (PyTorch's rule): d = g + wd * w; with momentum, buf = first ? d :
+/// momentum * buf + (1 - dampening) * d and d = nesterov ? d + momentum * buf : buf;
+/// w -= lr * d.
+struct SgdStep {
+  double lr, momentum, dampening, weight_decay;
+  bool nesterov, first;
+};
+
+/// One Adam / AdamW update (PyTorch's rule) at 1-based step `step`; decoupled applies the
+/// weight decay as w *= 1 - lr * wd (AdamW) instead of adding wd * w to the gradient.
+struct AdamStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled;
+  int64_t step;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -125,6 +141,14 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                    const Tensor& grad_w, const Tensor& grad_b);
+
+  // ---- optimizers (contiguous param and grad of one dtype; float32 state) ------------------
+  /// momentum: float32 buffer or undefined (no momentum); master: float32 copy to update
+  /// instead of param (param receives its rounding), or undefined.
+  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum,
+                        const Tensor& master, const SgdStep& s);
+  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq, const Tensor& master, const AdamStep& s);
 };
 
 /// The backend of a device type. `op` names the caller in the error raised when the device

@@ -1,7 +1,93 @@
-// Softmax and layer norm (placeholder until the frontend lands).
+// Softmax, log-softmax and layer norm: checks, the fused forward kernel, and a backward
+// through the backend's fused gradient kernel (these are hot paths; see design note 4).
+//
+// Softmax saves its output only (its gradient needs nothing else). Layer norm saves the
+// input, the weight, and the per-row float32 (float64 for float64) mean and rstd from the
+// forward, so backward never recomputes the statistics. Kernels get contiguous tensors of
+// one dtype: x, weight and bias are promoted together, and the engine casts each gradient
+// back to its input's dtype.
+#include <cmath>
+
 #include "ampgrad/ops/nn.h"
+#include "ampgrad/ops/shape.h"
+#include "internal.h"
 
 namespace ampgrad {
-Tensor softmax(const Tensor&, int64_t) { AG_ERROR("softmax", "not implemented yet"); }
-Tensor log_softmax(const Tensor&, int64_t) { AG_ERROR("log_softmax", "not implemented yet"); }
+
+namespace {
+
+Tensor softmax_impl(const Tensor& x, int64_t dim0, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  detail::check_defined(x, name, "input");
+  AG_CHECK(is_floating(x.dtype()), name, "expected a floating dtype, got ", dtype_name(x.dtype()),
+           "; cast the input first");
+  const int64_t dim = wrap_dim(dim0, x.dim(), name);
+  const Tensor xc = detail::contiguous_raw(x);
+  Tensor out = make_tensor(x.sizes(), x.dtype(), x.device());
+  backend(x.device(), name).softmax(xc, dim, log, out);
+  if (any_requires_grad({&x}))
+    record(name, {x}, {out}, [sy = SavedTensor(out), dim, log, name](const TensorList& g, GradMask) -> TensorList {
+      const Tensor& y = sy.get();
+      const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], y.dtype()));
+      Tensor gi = make_tensor(y.sizes(), y.dtype(), y.device());
+      backend(y.device(), name).softmax_backward(gc, y, dim, log, gi);
+      return {gi};
+    });
+  return out;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, false); }
+Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl(x, dim, true); }
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  detail::check_defined(x, "layer_norm", "input");
+  AG_CHECK(is_floating(x.dtype()), "layer_norm", "expected a floating dtype, got ", dtype_name(x.dtype()));
+  const Shape ns(normalized_shape);
+  const int64_t k = int64_t(ns.size());
+  AG_CHECK(k > 0, "layer_norm", "normalized_shape must not be empty");
+  bool match = x.dim() >= k;
+  for (int64_t i = 0; match && i < k; ++i) match = x.sizes()[size_t(x.dim() - k + i)] == ns[size_t(i)];
+  AG_CHECK(match, "layer_norm", "normalized_shape ", ns, " does not match the trailing dims of the input shape ",
+           x.sizes());
+  AG_CHECK(eps >= 0, "layer_norm", "eps must be non-negative, got ", eps);
+  DType dt = x.dtype();
+  for (const Tensor* p : {&weight, &bias}) {
+    if (!p->defined()) continue;
+    const char* what = p == &weight ? "weight" : "bias";
+    AG_CHECK(p->sizes() == ns, "layer_norm", what, " of shape ", p->sizes(), " does not match normalized_shape ", ns);
+    AG_CHECK(is_floating(p->dtype()), "layer_norm", what, " must be floating, got ", dtype_name(p->dtype()));
+    detail::check_same_device(x, *p, "layer_norm");
+    dt = promote_types(dt, p->dtype());
+  }
+  const int64_t inner = ns.numel();
+  int64_t rows = 1;
+  for (int64_t i = 0; i < x.dim() - k; ++i) rows *= x.sizes()[size_t(i)];
+  auto prep = [&](const Tensor& t) {
+    return t.defined() ? detail::contiguous_raw(detail::cast_raw(t, dt)) : Tensor();
+  };
+  const Tensor xc = prep(x), wc = prep(weight), bc = prep(bias);
+  const DType stat_dt = dt == kFloat64 ? kFloat64 : kFloat32;
+  Tensor y = make_tensor(x.sizes(), dt, x.device());
+  Tensor mean = make_tensor({rows}, stat_dt, x.device());
+  Tensor rstd = make_tensor({rows}, stat_dt, x.device());
+  backend(x.device(), "layer_norm").layer_norm(xc, inner, wc, bc, eps, y, mean, rstd);
+  if (any_requires_grad({&x, &weight, &bias}))
+    record("layer_norm", {x, weight, bias}, {y},
+           [sx = SavedTensor(xc), sw = wc.defined() ? SavedTensor(wc) : SavedTensor(), mean, rstd, ns, dt](
+               const TensorList& g, GradMask need) -> TensorList {
+             const Tensor& xs = sx.get();
+             const Tensor w = sw.defined() ? sw.get() : Tensor();
+             const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], dt));
+             Tensor gi = need[0] ? make_tensor(xs.sizes(), dt, xs.device()) : Tensor();
+             Tensor gw = need[1] ? make_tensor(ns, dt, xs.device()) : Tensor();
+             Tensor gb = need[2] ? make_tensor(ns, dt, xs.device()) : Tensor();
+             backend(xs.device(), "layer_norm").layer_norm_backward(gc, xs, mean, rstd, w, gi, gw, gb);
+             return {gi, gw, gb};
+           });
+  return y;
+}
+
 }  // namespace ampgrad

@@ -1,0 +1,147 @@
+// Losses, composed from frontend ops (log_softmax, gather, where, sum) so that their
+// gradients come from those ops; only binary_cross_entropy_with_logits records its own
+// node, because its stable forward form has kinks that its true gradient does not.
+//
+// Class-index targets follow PyTorch: logits [N, C, d...] (or [C]) against int64/int32
+// targets [N, d...] (or a 0-dim one); targets equal to ignore_index contribute nothing and
+// are not counted by Mean; label smoothing mixes in the mean over classes of -log p with
+// weight label_smoothing. Any other target outside [0, C) is an error naming it.
+#include "ampgrad/ops/loss.h"
+
+#include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/nn.h"
+#include "ampgrad/ops/reduce.h"
+#include "ampgrad/ops/shape.h"
+#include "internal.h"
+
+namespace ampgrad {
+
+namespace {
+
+Tensor reduce_loss(const Tensor& loss, Reduction r) {
+  switch (r) {
+    case Reduction::None: return loss;
+    case Reduction::Sum: return sum(loss);
+    case Reduction::Mean: return mean(loss);
+  }
+  AG_ERROR("loss", "unknown reduction ", int(r));
+}
+
+// Checks a class-index target against input [N, C, d...] / [C] and returns it as int64.
+Tensor check_class_target(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op) {
+  detail::check_defined(target, op, "target");
+  detail::check_same_device(input, target, op);
+  AG_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
+           "target must hold class indices as int64 or int32, got ", dtype_name(target.dtype()));
+  AG_CHECK(input.dim() >= 1, op, "input must have a class dim, got a 0-dim tensor");
+  const int64_t cdim = input.dim() == 1 ? 0 : 1;
+  Shape expected = input.sizes();
+  expected.erase(size_t(cdim));
+  AG_CHECK(target.sizes() == expected, op, "target of shape ", target.sizes(),
+           " does not match the input of shape ", input.sizes(), " (expected a target of shape ",
+           expected, ")");
+  const int64_t C = input.sizes()[size_t(cdim)];
+  Tensor t = detail::contiguous_raw(detail::cast_raw(target, kInt64));
+  if (t.device().is_cpu()) {
+    const int64_t* p = t.data_ptr<int64_t>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      AG_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < C), op, "target ", p[i],
+               " is out of range for ", C, " classes (expected [0, ", C - 1, "] or ignore_index ",
+               ignore_index, ")");
+  }
+  return t;
+}
+
+// -input[target] per target element (0 where ignored), and the mask of counted targets.
+std::pair<Tensor, Tensor> pick_negated(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
+  const int64_t cdim = log_probs.dim() == 1 ? 0 : 1;
+  Tensor valid = ne(target, Scalar(ignore_index));
+  Tensor safe = where(valid, target, zeros_like(target));
+  Tensor picked = squeeze(gather(log_probs, cdim, unsqueeze(safe, cdim)), cdim);
+  return {where(valid, neg(picked), 0.0), valid};
+}
+
+// Mean over the counted targets (NaN when none is counted, like PyTorch).
+Tensor masked_mean(const Tensor& loss, const Tensor& valid) {
+  return div(sum(loss), sum(valid).to(loss.dtype()));
+}
+
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  detail::check_defined(log_probs, "nll_loss", "input");
+  AG_CHECK(is_floating(log_probs.dtype()), "nll_loss", "input must be floating, got ",
+           dtype_name(log_probs.dtype()));
+  const Tensor t = check_class_target(log_probs, target, ignore_index, "nll_loss");
+  auto [loss, valid] = pick_negated(log_probs, t, ignore_index);
+  return reduction == Reduction::Mean ? masked_mean(loss, valid) : reduce_loss(loss, reduction);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
+                     double label_smoothing) {
+  detail::check_defined(logits, "cross_entropy", "input");
+  detail::check_defined(target, "cross_entropy", "target");
+  AG_CHECK(is_floating(logits.dtype()), "cross_entropy", "input must be floating, got ",
+           dtype_name(logits.dtype()));
+  AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy",
+           "label_smoothing must be in [0, 1], got ", label_smoothing);
+  AG_CHECK(logits.dim() >= 1, "cross_entropy", "input must have a class dim, got a 0-dim tensor");
+  const int64_t cdim = logits.dim() == 1 ? 0 : 1;
+  const int64_t C = logits.sizes()[size_t(cdim)];
+  if (is_floating(target.dtype())) {  // class probabilities, shaped like the logits
+    AG_CHECK(target.sizes() == logits.sizes(), "cross_entropy", "a probability target must have the input's shape ",
+             logits.sizes(), ", got ", target.sizes());
+    const Tensor lsm = log_softmax(logits, cdim);
+    Tensor p = label_smoothing > 0 ? add(mul(target, 1.0 - label_smoothing), label_smoothing / double(C)) : target;
+    Tensor loss = neg(sum(mul(lsm, p), {cdim}));
+    return reduce_loss(loss, reduction);
+  }
+
+  const Tensor t = check_class_target(logits, target, ignore_index, "cross_entropy");
+  const Tensor lsm = log_softmax(logits, cdim);
+  auto [loss, valid] = pick_negated(lsm, t, ignore_index);
+  if (label_smoothing > 0) {
+    Tensor smooth = where(valid, neg(sum(lsm, {cdim})), 0.0);
+    loss = add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing / double(C)));
+  }
+  return reduction == Reduction::Mean ? masked_mean(loss, valid) : reduce_loss(loss, reduction);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  detail::check_defined(input, "mse_loss", "input");
+  detail::check_defined(target, "mse_loss", "target");
+  AG_CHECK(input.sizes() == target.sizes(), "mse_loss", "input of shape ", input.sizes(),
+           " and target of shape ", target.sizes(), " must have one shape");
+  AG_CHECK(is_floating(input.dtype()), "mse_loss", "input must be floating, got ", dtype_name(input.dtype()));
+  return reduce_loss(square(sub(input, target)), reduction);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
+  const char* name = "binary_cross_entropy_with_logits";
+  detail::check_defined(logits, name, "input");
+  detail::check_defined(target, name, "target");
+  detail::check_same_device(logits, target, name);
+  AG_CHECK(logits.sizes() == target.sizes(), name, "target of shape ", target.sizes(),
+           " must have the input's shape ", logits.sizes());
+  AG_CHECK(is_floating(logits.dtype()), name, "input must be floating, got ", dtype_name(logits.dtype()));
+  const DType dt = promote_types(logits.dtype(), target.dtype());
+  Tensor loss;
+  {
+    // max(x, 0) - x y + log(1 + exp(-|x|)): never exponentiates a positive number.
+    NoGradGuard no_grad;
+    const Tensor x = detail::cast_raw(logits, dt), y = detail::cast_raw(target, dt);
+    loss = add(sub(relu(x), mul(x, y)), log1p(exp(neg(abs(x)))));
+  }
+  if (any_requires_grad({&logits, &target}))
+    record(name, {logits, target}, {loss},
+           [sx = SavedTensor(logits), sy = SavedTensor(target), dt](const TensorList& g,
+                                                                   GradMask need) -> TensorList {
+             const Tensor x = sx.get().to(dt), y = sy.get().to(dt);
+             return {need[0] ? mul(g[0], sub(sigmoid(x), y)) : Tensor(),  // d/dx = sigmoid(x) - y
+                     need[1] ? mul(g[0], neg(x)) : Tensor()};            // d/dy = -x
+           });
+  return reduce_loss(loss, reduction);
+}
+
+}  // namespace ampgrad

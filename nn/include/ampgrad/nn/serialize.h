@@ -1,0 +1,23 @@
+// Saving and loading named tensors in the safetensors format (an 8-byte little-endian
+// header length, a JSON header of dtype/shape/offsets plus string metadata, then the raw
+// data), so checkpoints open in Python's safetensors as well.
+//
+// Saving writes a temporary file in the same directory, flushes it to disk and renames it
+// over the target: an interrupted save leaves the previous file intact, never half of one.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "ampgrad/nn/module.h"
+
+namespace ampgrad::nn {
+
+using Metadata = std::map<std::string, std::string>;
+
+void save(const std::string& path, const StateDict& tensors, const Metadata& metadata = {});
+/// Loads every tensor (on the CPU). Throws ag::Error naming the file for a missing, short
+/// or malformed file.
+StateDict load(const std::string& path, Metadata* metadata = nullptr);
+
+}  // namespace ampgrad::nn

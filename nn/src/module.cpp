@@ -1,0 +1,220 @@
+#include "ampgrad/nn/module.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "ampgrad/autograd.h"
+#include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/reduce.h"
+
+namespace ampgrad::nn {
+
+void Module::check_new_name(const std::string& name) const {
+  AG_CHECK(!name.empty() && name.find('.') == std::string::npos, "register",
+           "invalid name '", name, "' (must be non-empty and contain no '.')");
+  auto taken = [&](const auto& v) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& p) { return p.first == name; });
+  };
+  AG_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "register", "name '", name,
+           "' is already registered in this ", type_name_);
+}
+
+Tensor Module::register_parameter(const std::string& name, Tensor t, bool requires_grad) {
+  check_new_name(name);
+  AG_CHECK(t.defined(), "register_parameter", "parameter '", name, "' is undefined");
+  t = t.detach();
+  if (requires_grad) t.requires_grad_(true);
+  params_.emplace_back(name, t);
+  return t;
+}
+
+Tensor Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name);
+  buffers_.emplace_back(name, t.defined() ? t.detach() : t);
+  return buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_new_name(name);
+  AG_CHECK(m != nullptr, "register_module", "module '", name, "' is null");
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool recurse, bool buffers,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  for (const auto& [n, t] : buffers ? buffers_ : params_)
+    if (t.defined()) out.emplace_back(prefix + n, t);
+  if (!recurse) return;
+  for (const auto& [n, c] : children_) c->collect(prefix + n + ".", true, buffers, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, false, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", recurse, true, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters(bool recurse) const {
+  std::vector<Tensor> out;
+  for (auto& [n, t] : named_parameters(recurse)) out.push_back(t);
+  return out;
+}
+
+std::vector<std::shared_ptr<Module>> Module::children() const {
+  std::vector<std::shared_ptr<Module>> out;
+  for (const auto& [n, c] : children_) out.push_back(c);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_children() const {
+  return children_;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> out{{"", shared_from_this()}};
+  for (const auto& [n, c] : children_)
+    for (auto& [cn, m] : c->named_modules()) out.emplace_back(cn.empty() ? n : n + "." + cn, m);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [n, c] : children_) c->train(on);
+}
+
+void set_data(const Tensor& param, const Tensor& value) {
+  TensorImpl* p = param.unsafe_impl();
+  const TensorImpl* v = value.unsafe_impl();
+  const bool dtype_changes = p->dtype != v->dtype || param.device() != value.device();
+  p->storage = v->storage;
+  p->sizes = v->sizes;
+  p->strides = v->strides;
+  p->offset = v->offset;
+  p->dtype = v->dtype;
+  if (dtype_changes && p->autograd && p->autograd->grad.defined()) p->autograd->grad = Tensor();
+}
+
+Module& Module::to(DType dtype) {
+  NoGradGuard ng;
+  for (auto& [n, t] : named_parameters()) {
+    AG_CHECK(is_floating(dtype), "Module::to", "parameters must be floating, got ", dtype_name(dtype));
+    if (t.dtype() != dtype) set_data(t, t.to(dtype));
+  }
+  for (auto& [n, t] : named_buffers())
+    if (t.is_floating_point() && t.dtype() != dtype) set_data(t, t.to(dtype));
+  return *this;
+}
+
+Module& Module::to(Device device) {
+  NoGradGuard ng;
+  for (auto& [n, t] : named_parameters())
+    if (t.device() != device) set_data(t, t.to(device));
+  for (auto& [n, t] : named_buffers())
+    if (t.device() != device) set_data(t, t.to(device));
+  return *this;
+}
+
+void Module::zero_grad() {
+  for (auto& t : parameters()) t.set_grad(Tensor());
+}
+
+StateDict Module::state_dict() const {
+  StateDict d;
+  for (auto& [n, t] : named_parameters()) d[n] = t.detach();
+  for (auto& [n, t] : named_buffers()) d[n] = t.detach();
+  return d;
+}
+
+void Module::load_state_dict(const StateDict& dict, bool strict) {
+  auto own = named_parameters();
+  auto bufs = named_buffers();
+  own.insert(own.end(), bufs.begin(), bufs.end());
+  std::vector<std::string> missing, unexpected, mismatched;
+  for (auto& [n, t] : own) {
+    auto it = dict.find(n);
+    if (it == dict.end()) missing.push_back(n);
+    else if (it->second.sizes() != t.sizes()) {
+      std::ostringstream os;
+      os << n << ": checkpoint " << it->second.sizes() << " vs model " << t.sizes();
+      mismatched.push_back(os.str());
+    }
+  }
+  for (auto& [n, t] : dict)
+    if (std::none_of(own.begin(), own.end(), [&](const auto& p) { return p.first == n; }))
+      unexpected.push_back(n);
+  if (strict && (!missing.empty() || !unexpected.empty() || !mismatched.empty())) {
+    std::ostringstream os;
+    auto list = [&](const char* what, const std::vector<std::string>& v) {
+      if (v.empty()) return;
+      os << " " << what << ": ";
+      for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+      os << ";";
+    };
+    os << "[load_state_dict] the state dict does not match the " << type_name_ << ":";
+    list("missing keys", missing);
+    list("unexpected keys", unexpected);
+    list("shape mismatches", mismatched);
+    throw Error(os.str());
+  }
+  NoGradGuard ng;
+  for (auto& [n, t] : own) {
+    auto it = dict.find(n);
+    if (it == dict.end() || it->second.sizes() != t.sizes()) continue;
+    Tensor dst = t;
+    dst.copy_(it->second);
+  }
+}
+
+int64_t Module::num_parameters() const {
+  int64_t n = 0;
+  for (auto& t : parameters()) n += t.numel();
+  return n;
+}
+
+Sequential::Sequential(std::initializer_list<ModulePtr> modules) : Module("Sequential") {
+  for (auto& m : modules) push_back(m);
+}
+
+Sequential::Sequential(const std::vector<ModulePtr>& modules) : Module("Sequential") {
+  for (auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(ModulePtr m) {
+  register_module(std::to_string(modules_.size()), m);
+  modules_.push_back(std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : modules_) h = m->forward(h);
+  return h;
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard ng;
+  double total_sq = 0;
+  for (const auto& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    const double n = norm(g.to(kFloat32)).item<double>();
+    total_sq += n * n;
+  }
+  const double total = std::sqrt(total_sq);
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0)
+    for (const auto& p : params) {
+      Tensor g = p.grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  return scalar_tensor(total, kFloat32);
+}
+
+}  // namespace ampgrad::nn

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Turns the Google Benchmark JSON files written by scripts/bench into one table.
+
+Benchmark names follow "<case>/<impl>[/min_time:...][/real_time]": impl "ampgrad" is ours,
+any other impl (onednn, omp_loop, ...) is a peer, the ceiling for that case. For each case
+the table shows the median time and rate (any counter whose name ends in "/s") of ours and
+of its peer, the ratio ours/peer in throughput (= peer time / our time, so higher is better)
+and the target from TARGETS below. An errored, crashed or timed-out case keeps its row, with
+the reason in the note column. Standard library only.
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+
+# (case regex, kind, bound): "ratio" is ours/peer throughput >= bound; "max_ns" is our
+# median time per iteration <= bound nanoseconds.
+TARGETS = [
+    (r"^matmul/", "ratio", 0.9),
+    (r"^add/", "ratio", 0.8),
+    (r"^tiny_add/grad_off", "max_ns", 300),
+    (r"^tiny_add/recording", "max_ns", 1000),
+]
+OURS = "ampgrad"
+NOISY_CV = 0.10  # flag a median whose repetitions vary more than this (coefficient of variation)
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def split_name(name):
+    """'matmul/float32/256/ampgrad/min_time:0.200/real_time' -> ('matmul/float32/256', 'ampgrad')."""
+    parts = [p for p in name.split("/") if ":" not in p and p not in ("real_time", "manual_time")]
+    if len(parts) < 2:
+        return name, OURS
+    return "/".join(parts[:-1]), parts[-1]
+
+
+class Result:
+    def __init__(self, case, impl):
+        self.case, self.impl = case, impl
+        self.time_ns = None  # median
+        self.rate = None  # (value, counter name)
+        self.cv = None
+        self.error = None
+        self.order = None  # (file, registration index): the order rows are printed in
+
+
+def load(outdir):
+    results = {}  # (case, impl) -> Result, in run order
+    context = {}
+    ids = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(outdir, "*.json"))}
+                 | {os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(outdir, "*.fail"))})
+    for id_ in ids:
+        jpath, fpath = os.path.join(outdir, id_ + ".json"), os.path.join(outdir, id_ + ".fail")
+        data = None
+        if os.path.exists(jpath):
+            try:
+                with open(jpath) as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                data = None
+        if data:
+            context = context or data.get("context", {})
+            for b in data.get("benchmarks", []):
+                case, impl = split_name(b.get("run_name", b["name"]))
+                r = results.setdefault((case, impl), Result(case, impl))
+                r.order = r.order or (id_, b.get("family_index", 0), b.get("per_family_instance_index", 0))
+                if b.get("error_occurred"):
+                    r.error = r.error or b.get("error_message", "error")
+                    continue
+                agg = b.get("aggregate_name")
+                if agg == "cv":
+                    r.cv = b.get("real_time")
+                    continue
+                if agg not in (None, "median"):
+                    continue
+                if agg is None and r.time_ns is not None:
+                    continue  # a single run without aggregates: keep the first
+                r.time_ns = b["real_time"] * UNIT_NS.get(b.get("time_unit", "ns"), 1.0)
+                for key, value in b.items():
+                    if key.endswith("/s") and isinstance(value, (int, float)):
+                        r.rate = (value, key)
+        if os.path.exists(fpath):
+            with open(fpath) as f:
+                lines = f.read().splitlines()
+            name, _, why = (lines[0] if lines else "?\tfailed").partition("\t")
+            detail = next((l.strip() for l in reversed(lines[1:]) if l.strip()), "")
+            case, impl = split_name(name)
+            r = results.setdefault((case, impl), Result(case, impl))
+            r.order = r.order or (id_, 0, 0)
+            if r.time_ns is None and not r.error:
+                r.error = why + (f": {detail}" if detail else "")
+    return results, context
+
+
+def is_skip(r):
+    """A deliberate skip (e.g. the oneDNN peer in a build without oneDNN), not a failure."""
+    return bool(r.error) and "skipped" in r.error
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def fmt_rate(rate):
+    if rate is None:
+        return "-"
+    value, name = rate
+    return f"{value:.1f} {name}"
+
+
+def target_for(case):
+    for pattern, kind, bound in TARGETS:
+        if re.search(pattern, case):
+            return kind, bound
+    return None, None
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cmake_cache(build):
+    values = {}
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                m = re.match(r"^(CMAKE_BUILD_TYPE|AMPGRAD_ONEDNN|AMPGRAD_CUDA):\w+=(.*)$", line.strip())
+                if m:
+                    values[m.group(1)] = m.group(2)
+    except OSError:
+        pass
+    return values
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("outdir", help="folder of <id>.json / <id>.fail files written by scripts/bench")
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--repetitions", default="5")
+    args = ap.parse_args()
+
+    results, ctx = load(args.outdir)
+    cache = cmake_cache(args.build)
+    model = cpu_model() or ctx.get("cpu_model") or "unknown CPU"
+    print(f"ampgrad benchmarks  build: {args.build} ({cache.get('CMAKE_BUILD_TYPE', '?')}, "
+          f"oneDNN {ctx.get('onednn', cache.get('AMPGRAD_ONEDNN', '?'))})")
+    print(f"CPU: {model}, {os.cpu_count()} hardware threads, "
+          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    load_avg = ctx.get("load_avg")
+    if load_avg:
+        busy = " (busy: other work skews absolute times; ratios compare within this run)" \
+            if load_avg[0] > 0.5 * (os.cpu_count() or 1) else ""
+        print(f"load average at start: {load_avg[0]:.2f}{busy}")
+    print(f"median of {args.repetitions} repetitions, wall-clock time, repetitions interleaved; "
+          f"ratio = ours/peer throughput (peer time / our time)")
+    print()
+
+    cases = []
+    for (case, _impl) in sorted(results, key=lambda k: results[k].order):
+        if case not in cases:
+            cases.append(case)
+    rows = []
+    for case in cases:
+        ours = results.get((case, OURS))
+        peers = [r for (c, i), r in results.items() if c == case and i != OURS] or [None]
+        for peer in peers:
+            rows.append((case, ours, peer))
+
+    footnotes = {}  # error text -> number; errors repeat across rows, so they go below the table
+
+    def footnote(r):
+        text = r.error if r.error.startswith(f"[{r.impl}]") else f"{r.impl}: {r.error}"
+        return f"[{footnotes.setdefault(text, len(footnotes) + 1)}]"
+
+    def cell(r, ok, value):
+        if ok:
+            return value
+        if r is None or not r.error:
+            return "-"
+        return "skipped" if is_skip(r) else "ERROR"
+
+    header = ("case", "ampgrad", "rate", "peer", "peer time", "peer rate", "ours/peer", "target", "verdict", "note")
+    table = []
+    for case, ours, peer in rows:
+        kind, bound = target_for(case)
+        notes, ratio, verdict = [], None, "n/a"
+        for r in (ours, peer):
+            if r is None:
+                continue
+            if r.error:
+                notes.append(footnote(r))
+            elif r.cv is not None and r.cv > NOISY_CV:
+                notes.append(f"{r.impl}: noisy (cv {r.cv * 100:.0f}%)")
+        ok_ours = ours is not None and ours.time_ns is not None and not ours.error
+        ok_peer = peer is not None and peer.time_ns is not None and not peer.error
+        if ok_ours and ok_peer:
+            if ours.rate and peer.rate and ours.rate[1] == peer.rate[1] and peer.rate[0] > 0:
+                ratio = ours.rate[0] / peer.rate[0]
+            elif ours.time_ns > 0:
+                ratio = peer.time_ns / ours.time_ns
+        target = "-"
+        if kind == "ratio":
+            target = f">= {bound:g}"
+            if ratio is not None:
+                verdict = "ok" if ratio >= bound else "MISS"
+        elif kind == "max_ns":
+            target = f"<= {bound:g} ns"
+            if ok_ours:
+                verdict = "ok" if ours.time_ns <= bound else "MISS"
+        if ours is None:
+            notes.append("no ampgrad case")
+        table.append((
+            case,
+            cell(ours, ok_ours, fmt_time(ours.time_ns) if ok_ours else ""),
+            fmt_rate(ours.rate) if ok_ours else "-",
+            peer.impl if peer else "-",
+            cell(peer, ok_peer, fmt_time(peer.time_ns) if ok_peer else ""),
+            fmt_rate(peer.rate) if ok_peer else "-",
+            f"{ratio:.2f}" if ratio is not None else "-",
+            target,
+            verdict,
+            "; ".join(notes),
+        ))
+
+    widths = [max(len(str(row[i])) for row in [header] + table) for i in range(len(header) - 1)]
+    for row in [header] + table:
+        cells = [str(c).ljust(w) for c, w in zip(row[:-1], widths)]
+        print(("  ".join(cells) + "  " + row[-1]).rstrip())
+    if footnotes:
+        print()
+        for text, number in footnotes.items():
+            print(f"[{number}] {text}")
+    missed = sum(1 for row in table if row[8] == "MISS")
+    failed = sum(1 for row in table if "ERROR" in (row[1], row[4]))
+    skipped = sum(1 for row in table if "skipped" in (row[1], row[4]))
+    print()
+    print(f"{len(table)} rows: {missed} below target, {failed} with errors, {skipped} with a side skipped")
+    if not table:
+        print("no results (did every benchmark program fail to start?)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

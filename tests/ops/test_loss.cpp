@@ -1,0 +1,253 @@
+// Losses: cross_entropy, nll_loss, mse_loss and binary_cross_entropy_with_logits against
+// double loops (every reduction, ignore_index, label smoothing, spatial targets, soft
+// targets), numerical stability, 16-bit logits against float32, gradients by finite
+// differences, and the error messages.
+#include <cmath>
+
+#include "support/testing.h"
+
+namespace {
+
+using ag::Reduction;
+using ag::Tensor;
+
+// Cross entropy in double loops: logits [N, C, S...] (or [C]), class targets [N, S...].
+// From log-probabilities when `from_log_probs` (nll_loss).
+Tensor ref_cross_entropy(const Tensor& logits, const Tensor& target, Reduction red, int64_t ignore,
+                         double smoothing, bool from_log_probs = false) {
+  const auto x = logits.to_vector<double>();
+  const auto t = target.to_vector<int64_t>();
+  const bool unbatched = logits.dim() == 1;
+  const int64_t N = unbatched ? 1 : logits.size(0), C = logits.size(unbatched ? 0 : 1);
+  const int64_t S = int64_t(x.size()) / (N * C);
+  std::vector<double> loss(size_t(N * S), 0.0);
+  double total = 0, count = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t tg = t[size_t(n * S + s)];
+      if (tg == ignore) continue;
+      auto at = [&](int64_t c) { return x[size_t((n * C + c) * S + s)]; };
+      double lse = 0;
+      if (!from_log_probs) {
+        double m = -INFINITY, z = 0;
+        for (int64_t c = 0; c < C; ++c) m = std::max(m, at(c));
+        for (int64_t c = 0; c < C; ++c) z += std::exp(at(c) - m);
+        lse = m + std::log(z);
+      }
+      double smooth = 0;
+      for (int64_t c = 0; c < C; ++c) smooth += lse - at(c);
+      const double l = (1 - smoothing) * (lse - at(tg)) + smoothing * smooth / double(C);
+      loss[size_t(n * S + s)] = l;
+      total += l;
+      count += 1;
+    }
+  if (red == Reduction::Sum) return ag::scalar_tensor(total, ag::kFloat64);
+  if (red == Reduction::Mean) return ag::scalar_tensor(total / count, ag::kFloat64);
+  return ag::from_vector<double>(loss, target.sizes().vec());
+}
+
+Tensor random_targets(const std::vector<int64_t>& shape, int64_t C, int64_t ignore = -100, double p_ignore = 0) {
+  Tensor t = ag::randint(0, C, shape);
+  if (p_ignore > 0) t = ag::where(ag::lt(ag::rand(shape), p_ignore), ag::full(shape, ignore, ag::kInt64), t);
+  return t;
+}
+
+const Reduction kReductions[] = {Reduction::None, Reduction::Sum, Reduction::Mean};
+
+}  // namespace
+
+TEST(LossTest, CrossEntropyMatchesReference) {
+  ag::manual_seed(21);
+  struct S {
+    std::vector<int64_t> logits, target;
+  };
+  for (const S& s : {S{{6, 5}, {6}}, S{{3, 4, 2, 3}, {3, 2, 3}}, S{{7}, {}}})
+    for (Reduction r : kReductions)
+      for (double smoothing : {0.0, 0.1})
+        for (int64_t ignore : {int64_t(-100), int64_t(1)}) {
+          SCOPED_TRACE("rank " + std::to_string(s.logits.size()) + " reduction " + std::to_string(int(r)) +
+                       " smoothing " + std::to_string(smoothing) + " ignore " + std::to_string(ignore));
+          const Tensor x = ag::mul(ag::randn(s.logits, ag::kFloat64), 2.0);
+          const int64_t C = s.logits.size() == 1 ? s.logits[0] : s.logits[1];
+          Tensor t = random_targets(s.target, C);
+          if (s.target.empty()) t = ag::scalar_tensor(int64_t(3), ag::kInt64);
+          const Tensor got = ag::cross_entropy(x, t, r, ignore, smoothing);
+          EXPECT_TRUE(agt::allclose(got, ref_cross_entropy(x, t, r, ignore, smoothing), 1e-12, 1e-12));
+          const Tensor got32 = ag::cross_entropy(x.to(ag::kFloat32), t.to(ag::kInt32), r, ignore, smoothing);
+          EXPECT_EQ(got32.dtype(), ag::kFloat32);
+          EXPECT_TRUE(agt::allclose(got32, ref_cross_entropy(x, t, r, ignore, smoothing), 1e-5, 1e-5));
+        }
+}
+
+TEST(LossTest, CrossEntropyIgnoreIndexAndMeanCount) {
+  // Mean divides by the number of counted targets, not by N.
+  const Tensor x = ag::from_vector<double>({0, 0, 0, 1, 2, 3, 5, 5, 5}, {3, 3});
+  const Tensor t = ag::from_vector<int64_t>({0, -100, 2}, {3});
+  const double l0 = std::log(3.0);  // rows 0 and 2 are uniform; row 1 is ignored
+  EXPECT_NEAR(ag::cross_entropy(x, t).item<double>(), l0, 1e-12);
+  EXPECT_NEAR(ag::cross_entropy(x, t, Reduction::Sum).item<double>(), 2 * l0, 1e-12);
+  EXPECT_EQ(ag::cross_entropy(x, t, Reduction::None).to_vector<double>()[1], 0.0);
+  // all targets ignored: the mean is 0 / 0 = NaN, like PyTorch
+  EXPECT_TRUE(std::isnan(ag::cross_entropy(x, ag::full({3}, -100, ag::kInt64)).item<double>()));
+  // gradients of ignored rows are zero
+  Tensor xg = x.detach().requires_grad_();
+  ag::cross_entropy(xg, t).backward();
+  const auto g = xg.grad().to_vector<double>();
+  EXPECT_EQ(g[3], 0.0);
+  EXPECT_EQ(g[4], 0.0);
+  EXPECT_EQ(g[5], 0.0);
+  EXPECT_NEAR(g[0], (1.0 / 3 - 1) / 2, 1e-12);  // (softmax - onehot) / count
+}
+
+TEST(LossTest, CrossEntropyIsStableAndSoftTargets) {
+  const Tensor x = ag::from_vector<float>({1000, -1000, 0, 500}, {2, 2});
+  const Tensor t = ag::from_vector<int64_t>({1, 0}, {2});
+  const auto l = ag::cross_entropy(x, t, Reduction::None).to_vector<double>();
+  EXPECT_NEAR(l[0], 2000, 1e-3);
+  EXPECT_NEAR(l[1], 500, 1e-3);
+  // probability targets: -sum p log softmax
+  ag::manual_seed(22);
+  const Tensor logits = ag::randn({4, 5}, ag::kFloat64);
+  const Tensor p = ag::softmax(ag::randn({4, 5}, ag::kFloat64), 1);
+  const Tensor expected = ag::neg(ag::sum(ag::mul(p, ag::log_softmax(logits, 1)), {1}));
+  EXPECT_TRUE(agt::allclose(ag::cross_entropy(logits, p, Reduction::None), expected, 1e-12, 1e-12));
+  EXPECT_NEAR(ag::cross_entropy(logits, p).item<double>(), ag::mean(expected).item<double>(), 1e-12);
+  const Tensor ps = ag::add(ag::mul(p, 0.8), 0.2 / 5);
+  EXPECT_NEAR(ag::cross_entropy(logits, p, Reduction::Sum, -100, 0.2).item<double>(),
+              ag::sum(ag::neg(ag::mul(ps, ag::log_softmax(logits, 1)))).item<double>(), 1e-12);
+  EXPECT_TRUE(agt::gradcheck(
+      [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], in[1], Reduction::None, -100, 0.1); },
+      {agt::rand64({4, 5}), agt::rand64({4, 5}, 0, 1)}));
+}
+
+TEST(LossTest, CrossEntropyHalfWithinToleranceOfFloat32) {
+  ag::manual_seed(23);
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    const Tensor xh = ag::randn({64, 10}, ag::kFloat32).to(dt);
+    const Tensor t = random_targets({64}, 10, -100, 0.2);
+    for (Reduction r : kReductions) {
+      const Tensor got = ag::cross_entropy(xh, t, r, -100, 0.05);
+      EXPECT_EQ(got.dtype(), dt);
+      EXPECT_TRUE(agt::allclose(got, ag::cross_entropy(xh.to(ag::kFloat32), t, r, -100, 0.05), agt::tol_for(dt)));
+    }
+    Tensor a = xh.detach().requires_grad_(), b = xh.to(ag::kFloat32).detach().requires_grad_();
+    ag::cross_entropy(a, t).backward();
+    ag::cross_entropy(b, t).backward();
+    EXPECT_EQ(a.grad().dtype(), dt);
+    EXPECT_TRUE(agt::allclose(a.grad(), b.grad(), agt::tol_for(dt).rtol * 2, agt::tol_for(dt).atol * 0.1));
+  }
+}
+
+TEST(LossTest, CrossEntropyGradcheck) {
+  ag::manual_seed(24);
+  for (Reduction r : kReductions)
+    for (double smoothing : {0.0, 0.2}) {
+      SCOPED_TRACE("reduction " + std::to_string(int(r)) + " smoothing " + std::to_string(smoothing));
+      const Tensor t = ag::from_vector<int64_t>({0, 3, -100, 2, 4}, {5});
+      EXPECT_TRUE(agt::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], t, r, -100, smoothing); },
+          {agt::rand64({5, 5}, -2, 2)}));
+      const Tensor ts = random_targets({2, 3, 2}, 4, 1, 0.3);
+      EXPECT_TRUE(agt::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], ts, r, 1, smoothing); },
+          {agt::rand64({2, 4, 3, 2}, -2, 2)}));
+      // non-contiguous logits
+      EXPECT_TRUE(agt::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], t, r, -100, smoothing); },
+          {agt::non_contiguous(agt::rand64({5, 5}, -2, 2))}));
+    }
+  // broadcast logits built in the graph
+  const Tensor t = ag::from_vector<int64_t>({1, 0, 2}, {3});
+  EXPECT_TRUE(agt::gradcheck(
+      [&](const std::vector<Tensor>& in) { return ag::cross_entropy(ag::add(in[0], in[1]), t); },
+      {agt::rand64({3, 4}), agt::rand64({1, 4})}));
+}
+
+TEST(LossTest, NllLoss) {
+  ag::manual_seed(25);
+  const Tensor lp = ag::log_softmax(ag::randn({6, 4}, ag::kFloat64), 1);
+  const Tensor t = ag::from_vector<int64_t>({0, 3, 3, -100, 1, 2}, {6});
+  for (Reduction r : kReductions)
+    EXPECT_TRUE(agt::allclose(ag::nll_loss(lp, t, r), ref_cross_entropy(lp, t, r, -100, 0, true), 1e-12, 1e-12));
+  const Tensor t2 = ag::from_vector<int32_t>({0, 3, 3, 2, 1, 2}, {6});
+  EXPECT_TRUE(agt::allclose(ag::nll_loss(lp, t2, Reduction::Sum, 3),
+                            ref_cross_entropy(lp, t2.to(ag::kInt64), Reduction::Sum, 3, 0, true), 1e-12, 1e-12));
+  for (Reduction r : kReductions)
+    EXPECT_TRUE(agt::gradcheck([&](const std::vector<Tensor>& in) { return ag::nll_loss(in[0], t, r); },
+                               {agt::rand64({6, 4})}));
+  // spatial
+  const Tensor lp2 = agt::rand64({2, 3, 4});
+  const Tensor t3 = random_targets({2, 4}, 3);
+  EXPECT_TRUE(agt::allclose(ag::nll_loss(lp2, t3), ref_cross_entropy(lp2, t3, Reduction::Mean, -100, 0, true), 1e-12, 1e-12));
+  EXPECT_TRUE(agt::gradcheck([&](const std::vector<Tensor>& in) { return ag::nll_loss(in[0], t3, Reduction::Sum); }, {lp2}));
+}
+
+TEST(LossTest, MseLoss) {
+  const Tensor a = ag::from_vector<double>({1, 2, 3, 4}, {2, 2}), b = ag::from_vector<double>({0, 2, 5, 1}, {2, 2});
+  EXPECT_EQ(ag::mse_loss(a, b).item<double>(), (1 + 0 + 4 + 9) / 4.0);
+  EXPECT_EQ(ag::mse_loss(a, b, Reduction::Sum).item<double>(), 14.0);
+  EXPECT_EQ(ag::mse_loss(a, b, Reduction::None).to_vector<double>(), (std::vector<double>{1, 0, 4, 9}));
+  ag::manual_seed(26);
+  for (Reduction r : kReductions)
+    EXPECT_TRUE(agt::gradcheck([&](const std::vector<Tensor>& in) { return ag::mse_loss(in[0], in[1], r); },
+                               {agt::rand64({3, 4}), agt::non_contiguous(agt::rand64({3, 4}))}));
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    const Tensor x = ag::randn({100}, ag::kFloat32).to(dt), y = ag::randn({100}, ag::kFloat32).to(dt);
+    EXPECT_TRUE(agt::allclose(ag::mse_loss(x, y), ag::mse_loss(x.to(ag::kFloat32), y.to(ag::kFloat32)), agt::tol_for(dt)));
+  }
+}
+
+TEST(LossTest, BinaryCrossEntropyWithLogits) {
+  // Against log(1 + exp(x)) - x y evaluated in double, including large |x| where the
+  // naive form overflows.
+  const std::vector<double> xs = {-100, -3, -0.5, 0, 0.7, 4, 100}, ys = {0, 1, 0.3, 1, 0, 0.5, 1};
+  const Tensor x = ag::from_vector<double>(xs, {7}), y = ag::from_vector<double>(ys, {7});
+  std::vector<double> ref;
+  for (size_t i = 0; i < xs.size(); ++i)
+    ref.push_back(std::max(xs[i], 0.0) - xs[i] * ys[i] + std::log1p(std::exp(-std::fabs(xs[i]))));
+  EXPECT_TRUE(agt::allclose(ag::binary_cross_entropy_with_logits(x, y, Reduction::None), ag::from_vector<double>(ref, {7}),
+                            1e-12, 1e-12));
+  double total = 0;
+  for (double v : ref) total += v;
+  EXPECT_NEAR(ag::binary_cross_entropy_with_logits(x, y).item<double>(), total / 7, 1e-12);
+  EXPECT_NEAR(ag::binary_cross_entropy_with_logits(x, y, Reduction::Sum).item<double>(), total, 1e-12);
+  const auto l32 = ag::binary_cross_entropy_with_logits(x.to(ag::kFloat32), y.to(ag::kFloat32), Reduction::None)
+                       .to_vector<double>();
+  for (double v : l32) EXPECT_TRUE(std::isfinite(v));
+  // the gradient is sigmoid(x) - y everywhere, including the kink of |x| at 0
+  Tensor xg = x.detach().requires_grad_();
+  ag::binary_cross_entropy_with_logits(xg, y, Reduction::Sum).backward();
+  const auto g = xg.grad().to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(g[i], 1 / (1 + std::exp(-xs[i])) - ys[i], 1e-12);
+  ag::manual_seed(27);
+  for (Reduction r : kReductions)
+    EXPECT_TRUE(agt::gradcheck(
+        [&](const std::vector<Tensor>& in) { return ag::binary_cross_entropy_with_logits(in[0], in[1], r); },
+        {agt::rand64({3, 5}, -3, 3), agt::non_contiguous(agt::rand64({3, 5}, 0, 1))}));
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    const Tensor xh = ag::randn({200}, ag::kFloat32).to(dt), yh = ag::rand({200}, ag::kFloat32).to(dt);
+    EXPECT_TRUE(agt::allclose(ag::binary_cross_entropy_with_logits(xh, yh),
+                              ag::binary_cross_entropy_with_logits(xh.to(ag::kFloat32), yh.to(ag::kFloat32)),
+                              agt::tol_for(dt)));
+  }
+}
+
+TEST(LossTest, Errors) {
+  const Tensor x = ag::zeros({4, 5});
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({0, 5, 1, 2}, {4})),
+                  "[cross_entropy] target 5 is out of range for 5 classes");
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({0, -1, 1, 2}, {4})),
+                  "[cross_entropy] target -1 is out of range for 5 classes");
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({0, 1, 2}, {3})),
+                  "[cross_entropy] target of shape [3] does not match the input of shape [4, 5] (expected a target of shape [4])");
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::zeros({4})), "[cross_entropy] a probability target must have the input's shape [4, 5], got [4]");
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::zeros({4}, ag::kInt64), Reduction::Mean, -100, 1.5),
+                  "[cross_entropy] label_smoothing must be in [0, 1], got 1.5");
+  EXPECT_AG_ERROR(ag::cross_entropy(ag::zeros({4, 5}, ag::kInt64), ag::zeros({4}, ag::kInt64)),
+                  "[cross_entropy] input must be floating, got int64");
+  EXPECT_AG_ERROR(ag::nll_loss(x, ag::from_vector<int64_t>({0, 9, 1, 2}, {4})), "[nll_loss] target 9 is out of range for 5 classes");
+  EXPECT_AG_ERROR(ag::nll_loss(x, ag::zeros({4}, ag::kUInt8)), "[nll_loss] target must hold class indices as int64 or int32, got uint8");
+  EXPECT_AG_ERROR(ag::mse_loss(x, ag::zeros({5})), "[mse_loss] input of shape [4, 5] and target of shape [5] must have one shape");
+  EXPECT_AG_ERROR(ag::binary_cross_entropy_with_logits(x, ag::zeros({4, 1})),
+                  "[binary_cross_entropy_with_logits] target of shape [4, 1] must have the input's shape [4, 5]");
+}

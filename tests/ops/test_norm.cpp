@@ -1,0 +1,244 @@
+// softmax, log_softmax and layer_norm: values against double loops along every dim and
+// layout the CPU kernel distinguishes (last dim, inner columns), stability for large
+// inputs, 16-bit dtypes against float32, gradients by finite differences (including the
+// fused weight/bias reduction over many rows), and the error messages.
+#include <cmath>
+#include <limits>
+
+#include "support/testing.h"
+
+namespace {
+
+using ag::Tensor;
+
+// Softmax (or log-softmax) of x along dim, in double loops.
+Tensor ref_softmax(const Tensor& x, int64_t dim, bool log) {
+  const auto v = x.to_vector<double>();
+  const int64_t nd = x.dim();
+  dim = (dim + nd) % nd;
+  int64_t outer = 1, n = x.size(dim), inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
+  std::vector<double> out(v.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < inner; ++c) {
+      auto at = [&](int64_t i) { return size_t((o * n + i) * inner + c); };
+      double m = -INFINITY, s = 0;
+      for (int64_t i = 0; i < n; ++i) m = std::max(m, v[at(i)]);
+      for (int64_t i = 0; i < n; ++i) s += std::exp(v[at(i)] - m);
+      for (int64_t i = 0; i < n; ++i) out[at(i)] = log ? v[at(i)] - m - std::log(s) : std::exp(v[at(i)] - m) / s;
+    }
+  return ag::from_vector<double>(out, x.sizes().vec());
+}
+
+// Layer norm over the last `inner` elements, in double loops.
+Tensor ref_layer_norm(const Tensor& x, int64_t inner, const Tensor& w, const Tensor& b, double eps) {
+  const auto v = x.to_vector<double>();
+  const auto wv = w.defined() ? w.to_vector<double>() : std::vector<double>(size_t(inner), 1.0);
+  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(inner), 0.0);
+  std::vector<double> out(v.size());
+  for (size_t r = 0; r < v.size() / size_t(inner); ++r) {
+    double m = 0, var = 0;
+    for (int64_t i = 0; i < inner; ++i) m += v[r * size_t(inner) + size_t(i)];
+    m /= double(inner);
+    for (int64_t i = 0; i < inner; ++i) var += std::pow(v[r * size_t(inner) + size_t(i)] - m, 2);
+    var /= double(inner);
+    for (int64_t i = 0; i < inner; ++i) {
+      const size_t k = r * size_t(inner) + size_t(i);
+      out[k] = (v[k] - m) / std::sqrt(var + eps) * wv[size_t(i)] + bv[size_t(i)];
+    }
+  }
+  return ag::from_vector<double>(out, x.sizes().vec());
+}
+
+}  // namespace
+
+TEST(NormTest, SoftmaxMatchesReferenceAlongEveryDim) {
+  ag::manual_seed(11);
+  for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{3, 4, 5}, {2, 50, 37}, {2, 3000}, {7}}) {
+    const Tensor x = ag::mul(ag::randn(shape, ag::kFloat64), 3.0);
+    for (int64_t dim = -1; dim < int64_t(shape.size()); ++dim)
+      for (bool log : {false, true}) {
+        SCOPED_TRACE("dim " + std::to_string(dim) + (log ? " log" : ""));
+        const Tensor got = log ? ag::log_softmax(x, dim) : ag::softmax(x, dim);
+        EXPECT_TRUE(agt::allclose(got, ref_softmax(x, dim, log), 1e-12, 1e-14));
+        const Tensor got32 = log ? ag::log_softmax(x.to(ag::kFloat32), dim) : ag::softmax(x.to(ag::kFloat32), dim);
+        EXPECT_TRUE(agt::allclose(got32, ref_softmax(x, dim, log), 1e-5, 1e-6));
+      }
+  }
+  // non-contiguous input, and the Tensor methods
+  const Tensor nc = agt::non_contiguous(ag::randn({6, 9}, ag::kFloat64));
+  EXPECT_TRUE(agt::allclose(nc.softmax(1), ref_softmax(nc, 1, false), 1e-12, 1e-14));
+  EXPECT_TRUE(agt::allclose(nc.log_softmax(0), ref_softmax(nc, 0, true), 1e-12, 1e-14));
+}
+
+TEST(NormTest, SoftmaxIsStableAndHandlesEdgeCases) {
+  const Tensor big = ag::from_vector<float>({1000, 1001, 1002}, {3});
+  const auto p = ag::softmax(big, 0).to_vector<double>();
+  const auto lp = ag::log_softmax(big, 0).to_vector<double>();
+  const double z = 1 + std::exp(-1.0) + std::exp(-2.0);
+  EXPECT_NEAR(p[2], 1 / z, 1e-6);
+  EXPECT_NEAR(lp[0], -2 - std::log(z), 1e-5);
+  const Tensor neg_inf = ag::from_vector<double>({-INFINITY, 0, -INFINITY}, {3});
+  EXPECT_EQ(ag::softmax(neg_inf, 0).to_vector<double>(), (std::vector<double>{0, 1, 0}));
+  EXPECT_EQ(ag::log_softmax(neg_inf, 0).to_vector<double>()[0], -INFINITY);
+  EXPECT_EQ(ag::softmax(ag::scalar_tensor(2.0, ag::kFloat64), 0).item<double>(), 1.0);
+  EXPECT_EQ(ag::softmax(ag::zeros({0, 4}), 1).sizes(), (ag::Shape{0, 4}));
+  // float32 exponentials across their whole range (down to underflow), in rows and in
+  // columns, against double: relative error near float precision, tiny absolute error
+  std::vector<double> vals;
+  for (double v = -110; v <= 0; v += 0.37) vals.push_back(v);
+  vals.push_back(-INFINITY);
+  const int64_t n = int64_t(vals.size());
+  const Tensor wide = ag::from_vector<double>(vals, {n});
+  const Tensor wide32 = wide.to(ag::kFloat32);
+  const Tensor ref32 = wide32.to(ag::kFloat64);  // the float inputs, exactly
+  EXPECT_TRUE(agt::allclose(ag::softmax(wide32, 0), ref_softmax(ref32, 0, false), 2e-6, 1e-37));
+  EXPECT_TRUE(agt::allclose(ag::log_softmax(wide32, 0), ref_softmax(ref32, 0, true), 2e-6, 1e-5));
+  const Tensor cols = ag::stack({wide32, ag::add(wide32, 50.0)}, 1);  // [n, 2], dim 0
+  EXPECT_TRUE(agt::allclose(ag::softmax(cols, 0), ref_softmax(cols.to(ag::kFloat64), 0, false), 2e-6, 1e-37));
+}
+
+TEST(NormTest, SoftmaxHalfWithinToleranceOfFloat32) {
+  ag::manual_seed(12);
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    const Tensor xh = ag::randn({4, 40, 20}, ag::kFloat32).to(dt);
+    const Tensor x32 = xh.to(ag::kFloat32);
+    for (int64_t dim : {2, 1, 0})
+      for (bool log : {false, true}) {
+        const Tensor got = log ? ag::log_softmax(xh, dim) : ag::softmax(xh, dim);
+        EXPECT_EQ(got.dtype(), dt);
+        EXPECT_TRUE(agt::allclose(got, log ? ag::log_softmax(x32, dim) : ag::softmax(x32, dim), agt::tol_for(dt)));
+      }
+    // backward in the half dtype against the float32 gradient
+    Tensor a = xh.detach().requires_grad_(), b = x32.detach().requires_grad_();
+    const Tensor w = ag::randn({4, 40, 20}, ag::kFloat32);
+    ag::sum(ag::mul(ag::softmax(a, 1), w.to(dt))).backward();
+    ag::sum(ag::mul(ag::softmax(b, 1), w.to(dt).to(ag::kFloat32))).backward();
+    EXPECT_EQ(a.grad().dtype(), dt);
+    EXPECT_TRUE(agt::allclose(a.grad(), b.grad(), agt::tol_for(dt).rtol * 4, agt::tol_for(dt).atol));
+  }
+}
+
+TEST(NormTest, SoftmaxGradcheck) {
+  ag::manual_seed(13);
+  for (int64_t dim : {0, 1, 2, -1})
+    for (bool log : {false, true}) {
+      SCOPED_TRACE("dim " + std::to_string(dim) + (log ? " log" : ""));
+      auto f = [&](const std::vector<Tensor>& in) { return log ? ag::log_softmax(in[0], dim) : ag::softmax(in[0], dim); };
+      EXPECT_TRUE(agt::gradcheck(f, {agt::rand64({3, 4, 5}, -2, 2)}));
+      EXPECT_TRUE(agt::gradcheck(f, {agt::non_contiguous(agt::rand64({4, 3, 5}, -2, 2))}));
+    }
+  // broadcast input and a wide inner block
+  EXPECT_TRUE(agt::gradcheck(
+      [](const std::vector<Tensor>& in) { return ag::softmax(ag::add(in[0], in[1]), 1); },
+      {agt::rand64({2, 6, 20}), agt::rand64({1, 6, 1})}));
+}
+
+TEST(NormTest, LayerNormMatchesReference) {
+  ag::manual_seed(14);
+  const Tensor x = ag::randn({4, 3, 10}, ag::kFloat64);
+  const Tensor w = ag::randn({10}, ag::kFloat64), b = ag::randn({10}, ag::kFloat64);
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(x, {10}, w, b), ref_layer_norm(x, 10, w, b, 1e-5), 1e-12, 1e-12));
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(x, {10}), ref_layer_norm(x, 10, Tensor(), Tensor(), 1e-5), 1e-12, 1e-12));
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(x, {10}, w, Tensor(), 0.1), ref_layer_norm(x, 10, w, Tensor(), 0.1), 1e-12, 1e-12));
+  const Tensor w2 = ag::randn({3, 10}, ag::kFloat64), b2 = ag::randn({3, 10}, ag::kFloat64);
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(x, {3, 10}, w2, b2), ref_layer_norm(x, 30, w2, b2, 1e-5), 1e-12, 1e-12));
+  const Tensor nc = agt::non_contiguous(x);
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(nc, {10}, w, b), ref_layer_norm(x, 10, w, b, 1e-5), 1e-12, 1e-12));
+  // float32, with a large mean: the two-pass variance keeps it accurate
+  const Tensor shifted = ag::add(ag::randn({8, 64}, ag::kFloat32), 1000.0);
+  EXPECT_TRUE(agt::allclose(ag::layer_norm(shifted, {64}), ref_layer_norm(shifted, 64, Tensor(), Tensor(), 1e-5), 2e-3, 2e-3));
+}
+
+TEST(NormTest, LayerNormHalfWithinToleranceOfFloat32) {
+  ag::manual_seed(15);
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16}) {
+    const Tensor xh = ag::randn({16, 96}, ag::kFloat32).to(dt);
+    const Tensor wh = ag::randn({96}, ag::kFloat32).to(dt), bh = ag::randn({96}, ag::kFloat32).to(dt);
+    const Tensor y = ag::layer_norm(xh, {96}, wh, bh);
+    EXPECT_EQ(y.dtype(), dt);
+    const agt::Tol t = agt::tol_for(dt);
+    EXPECT_TRUE(agt::allclose(y, ag::layer_norm(xh.to(ag::kFloat32), {96}, wh.to(ag::kFloat32), bh.to(ag::kFloat32)),
+                              t.rtol * 2, t.atol * 4));
+    // gradients of all three in the half dtype against float32
+    Tensor a = xh.detach().requires_grad_(), aw = wh.detach().requires_grad_(), ab = bh.detach().requires_grad_();
+    Tensor c = a.to(ag::kFloat32).detach().requires_grad_(), cw = aw.to(ag::kFloat32).detach().requires_grad_(),
+           cb = ab.to(ag::kFloat32).detach().requires_grad_();
+    const Tensor g = ag::randn({16, 96}, ag::kFloat32).to(dt);
+    ag::layer_norm(a, {96}, aw, ab).backward(g);
+    ag::layer_norm(c, {96}, cw, cb).backward(g.to(ag::kFloat32));
+    EXPECT_EQ(a.grad().dtype(), dt);
+    EXPECT_EQ(aw.grad().dtype(), dt);
+    EXPECT_TRUE(agt::allclose(a.grad(), c.grad(), t.rtol * 4, t.atol * 4));
+    EXPECT_TRUE(agt::allclose(aw.grad(), cw.grad(), t.rtol * 2, t.atol * 4));
+    EXPECT_TRUE(agt::allclose(ab.grad(), cb.grad(), t.rtol * 2, t.atol * 4));
+  }
+  // mixed dtypes promote together; each gradient comes back in its input's dtype
+  Tensor xb = ag::randn({4, 8}, ag::kBFloat16).requires_grad_();
+  Tensor wf = ag::ones({8}, ag::kFloat32).requires_grad_();
+  const Tensor y = ag::layer_norm(xb, {8}, wf);
+  EXPECT_EQ(y.dtype(), ag::kFloat32);
+  ag::sum(y).backward();
+  EXPECT_EQ(xb.grad().dtype(), ag::kBFloat16);
+  EXPECT_EQ(wf.grad().dtype(), ag::kFloat32);
+}
+
+TEST(NormTest, LayerNormGradcheck) {
+  ag::manual_seed(16);
+  const Tensor x = agt::rand64({3, 4, 6}), w = agt::rand64({6}), b = agt::rand64({6});
+  EXPECT_TRUE(agt::gradcheck([](const std::vector<Tensor>& in) { return ag::layer_norm(in[0], {6}, in[1], in[2]); },
+                             {x, w, b}));
+  EXPECT_TRUE(agt::gradcheck([](const std::vector<Tensor>& in) { return ag::layer_norm(in[0], {6}); }, {x}));
+  EXPECT_TRUE(agt::gradcheck([](const std::vector<Tensor>& in) { return ag::layer_norm(in[0], {6}, in[1]); },
+                             {agt::non_contiguous(agt::rand64({5, 6})), w}));
+  EXPECT_TRUE(agt::gradcheck([](const std::vector<Tensor>& in) { return ag::layer_norm(in[0], {4, 6}, in[1], in[2]); },
+                             {x, agt::rand64({4, 6}), agt::rand64({4, 6})}));
+  // only the parameters need gradients
+  const Tensor xc = agt::rand64({3, 6}, -1, 1, false);
+  EXPECT_TRUE(agt::gradcheck([&](const std::vector<Tensor>& in) { return ag::layer_norm(xc, {6}, in[0], in[1]); },
+                             {w, b}));
+  // a broadcast input
+  EXPECT_TRUE(agt::gradcheck(
+      [](const std::vector<Tensor>& in) { return ag::layer_norm(ag::add(in[0], in[1]), {6}, in[2]); },
+      {agt::rand64({2, 3, 6}), agt::rand64({3, 1}), w}));
+}
+
+TEST(NormTest, LayerNormParameterGradientsOverManyRows) {
+  // Enough rows that the weight/bias gradients are summed in several chunks.
+  ag::manual_seed(17);
+  const int64_t rows = 20000, inner = 64;
+  Tensor x = ag::randn({rows, inner}, ag::kFloat32);
+  Tensor w = ag::randn({inner}, ag::kFloat32).requires_grad_();
+  Tensor b = ag::randn({inner}, ag::kFloat32).requires_grad_();
+  const Tensor g = ag::randn({rows, inner}, ag::kFloat32);
+  ag::layer_norm(x, {inner}, w, b).backward(g);
+  const auto xv = x.to_vector<double>(), gv = g.to_vector<double>();
+  std::vector<double> gw(inner, 0), gb(inner, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < inner; ++i) m += xv[size_t(r * inner + i)];
+    m /= inner;
+    for (int64_t i = 0; i < inner; ++i) v += std::pow(xv[size_t(r * inner + i)] - m, 2);
+    const double rs = 1 / std::sqrt(v / inner + 1e-5);
+    for (int64_t i = 0; i < inner; ++i) {
+      gw[size_t(i)] += gv[size_t(r * inner + i)] * (xv[size_t(r * inner + i)] - m) * rs;
+      gb[size_t(i)] += gv[size_t(r * inner + i)];
+    }
+  }
+  EXPECT_TRUE(agt::allclose(w.grad(), ag::from_vector<double>(gw, {inner}), 1e-4, 1e-3));
+  EXPECT_TRUE(agt::allclose(b.grad(), ag::from_vector<double>(gb, {inner}), 1e-4, 1e-3));
+}
+
+TEST(NormTest, Errors) {
+  const Tensor x = ag::ones({2, 3});
+  EXPECT_AG_ERROR(ag::layer_norm(x, {4}), "[layer_norm] normalized_shape [4] does not match the trailing dims of the input shape [2, 3]");
+  EXPECT_AG_ERROR(ag::layer_norm(x, {2, 2, 3}), "[layer_norm] normalized_shape [2, 2, 3] does not match");
+  EXPECT_AG_ERROR(ag::layer_norm(x, {3}, ag::ones({4})), "[layer_norm] weight of shape [4] does not match normalized_shape [3]");
+  EXPECT_AG_ERROR(ag::layer_norm(x, {3}, ag::ones({3}), ag::ones({1, 3})), "[layer_norm] bias of shape [1, 3] does not match normalized_shape [3]");
+  EXPECT_AG_ERROR(ag::layer_norm(x, {}), "[layer_norm] normalized_shape must not be empty");
+  EXPECT_AG_ERROR(ag::layer_norm(ag::ones({2, 3}, ag::kInt64), {3}), "[layer_norm] expected a floating dtype, got int64");
+  EXPECT_AG_ERROR(ag::softmax(x, 2), "[softmax] dim 2 is out of range");
+  EXPECT_AG_ERROR(ag::log_softmax(x, -3), "[log_softmax] dim -3 is out of range");
+  EXPECT_AG_ERROR(ag::softmax(ag::ones({3}, ag::kInt64), 0), "[softmax] expected a floating dtype, got int64");
+}
