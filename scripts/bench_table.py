@@ -5,8 +5,9 @@ Benchmark names follow "<case>/<impl>[/min_time:...][/real_time]": impl "ampgrad
 any other impl (onednn, omp_loop, ...) is a peer, the ceiling for that case. For each case
 the table shows the median time and rate (any counter whose name ends in "/s") of ours and
 of its peer, the ratio ours/peer in throughput (= peer time / our time, so higher is better)
-and the target from TARGETS below. An errored, crashed or timed-out case keeps its row, with
-the reason in the note column. Standard library only.
+and the target from TARGETS below (a ratio, a time, or, for cases without a peer such as
+bench_train's training steps, an absolute rate). An errored, crashed or timed-out case keeps
+its row, with the reason in the note column. Standard library only.
 """
 import argparse
 import glob
@@ -16,12 +17,17 @@ import re
 import sys
 
 # (case regex, kind, bound): "ratio" is ours/peer throughput >= bound; "max_ns" is our
-# median time per iteration <= bound nanoseconds.
+# median time per iteration <= bound nanoseconds; "min_rate" is our median rate counter
+# (samples/s, ...) >= bound.
 TARGETS = [
     (r"^matmul/", "ratio", 0.9),
     (r"^add/", "ratio", 0.8),
     (r"^tiny_add/grad_off", "max_ns", 300),
     (r"^tiny_add/recording", "max_ns", 1000),
+    # bench_train: absolute fp32 training-step throughput (no peer here; scripts/bench-vs-torch
+    # puts PyTorch next to these).
+    (r"^train_step/mlp$", "min_rate", 40000),
+    (r"^train_step/cnn$", "min_rate", 3500),
 ]
 OURS = "ampgrad"
 NOISY_CV = 0.10  # flag a median whose repetitions vary more than this (coefficient of variation)
@@ -221,6 +227,10 @@ def main():
             target = f"<= {bound:g} ns"
             if ok_ours:
                 verdict = "ok" if ours.time_ns <= bound else "MISS"
+        elif kind == "min_rate":
+            target = f">= {bound:,.0f}" + (f" {ours.rate[1]}" if ok_ours and ours.rate else "/s")
+            if ok_ours and ours.rate:
+                verdict = "ok" if ours.rate[0] >= bound else "MISS"
         if ours is None:
             notes.append("no ampgrad case")
         table.append((

@@ -1,0 +1,100 @@
+// One full training step, as ampgrad-train runs it: forward, cross_entropy, zero_grad,
+// backward, AdamW step, on fixed random data made once outside the timing loop.
+//
+// train_step/mlp/ampgrad: nn::make_mlp() on float32 [128, 1, 28, 28] inputs, int64 labels
+// in [0, 10). train_step/cnn/ampgrad: nn::make_cnn() on the same data.
+// train_step/gpt/ampgrad: nn::GPT {vocab 96, block 64, layers 2, heads 4, width 128} on
+// int64 tokens [32, 64] with int64 targets [32, 64] (loss over B*T positions).
+// Each case builds its model and optimizer, runs two untimed steps (AdamW state, allocator
+// and first-touch warm-up), then times steps. Wall-clock time (UseRealTime: the ops are
+// multi-threaded, threads from OMP_NUM_THREADS). The rate counter is "samples/s" (MLP,
+// CNN) or "tokens/s" (GPT, B*T per step), also reported as items_per_second. No peer
+// lives here: bench/torch_train.py is the PyTorch side and scripts/bench-vs-torch prints
+// both; scripts/bench shows these rows against the fp32 throughput targets.
+// Any ag::Error becomes SkipWithError so the rest of the program still runs.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <ampgrad/ampgrad.h>
+
+#include <memory>
+#include <string>
+
+namespace {
+
+constexpr int64_t kImageBatch = 128;
+constexpr int64_t kGptBatch = 32;
+const ag::nn::GPTConfig kGptConfig{.vocab_size = 96, .block_size = 64, .layers = 2, .heads = 4, .width = 128};
+
+// Runs `step` twice untimed, then once per iteration; `items` samples (or tokens) per step.
+template <class Step>
+void run_steps(benchmark::State& state, Step&& step, int64_t items, const char* counter) {
+  step();
+  step();
+  for (auto _ : state) step();
+  state.SetItemsProcessed(int64_t(state.iterations()) * items);
+  state.counters[counter] = benchmark::Counter(double(items), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_train_image(benchmark::State& state, bool cnn) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    std::shared_ptr<ag::nn::Module> model =
+        cnn ? std::shared_ptr<ag::nn::Module>(ag::nn::make_cnn()) : ag::nn::make_mlp();
+    model->train();
+    ag::optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+    const ag::Tensor x = ag::randn({kImageBatch, 1, 28, 28});
+    const ag::Tensor y = ag::randint(0, 10, {kImageBatch});
+    auto step = [&] {
+      ag::Tensor loss = ag::cross_entropy(model->forward(x), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      benchmark::DoNotOptimize(loss.unsafe_impl());
+    };
+    run_steps(state, step, kImageBatch, "samples/s");
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_train_gpt(benchmark::State& state) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    auto model = std::make_shared<ag::nn::GPT>(kGptConfig);
+    model->train();
+    ag::optim::AdamW opt(model->parameters(), {.lr = 1e-3});
+    const int64_t B = kGptBatch, T = kGptConfig.block_size, V = kGptConfig.vocab_size;
+    const ag::Tensor idx = ag::randint(0, V, {B, T});
+    const ag::Tensor target = ag::randint(0, V, {B, T});
+    auto step = [&] {
+      ag::Tensor logits = model->forward(idx);
+      ag::Tensor loss = ag::cross_entropy(logits.view({-1, V}), target.view({-1}));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      benchmark::DoNotOptimize(loss.unsafe_impl());
+    };
+    run_steps(state, step, B * T, "tokens/s");
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_train_image, mlp, false)->Name("train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_image, cnn, true)->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK(BM_train_gpt)->Name("train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("cpu_model", ag::hw::cpu_features().model_name);
+  benchmark::AddCustomContext("omp_threads", std::to_string(omp_get_max_threads()));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
