@@ -5,23 +5,13 @@
 
 #include "ampgrad/ops/shape.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
 
 namespace ampgrad::cpu {
 namespace {
 
-// View x as [outer, n, inner] around dim.
-struct Split3 {
-  int64_t outer = 1, n = 1, inner = 1;
-  Split3(const Shape& s, int64_t dim) {
-    for (int64_t d = 0; d < int64_t(s.size()); ++d) {
-      if (d < dim) outer *= s[size_t(d)];
-      else if (d == dim) n = s[size_t(d)];
-      else inner *= s[size_t(d)];
-    }
-  }
-};
 
 inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 

@@ -25,6 +25,18 @@ struct StridedLayout {
   int64_t numel = 1;
 };
 
+/// A shape viewed as [outer, n, inner] around one dim (for kernels that work along a dim).
+struct Split3 {
+  int64_t outer = 1, n = 1, inner = 1;
+  Split3(const Shape& s, int64_t dim) {
+    for (int64_t d = 0; d < int64_t(s.size()); ++d) {
+      if (d < dim) outer *= s[size_t(d)];
+      else if (d == dim) n = s[size_t(d)];
+      else inner *= s[size_t(d)];
+    }
+  }
+};
+
 /// Builds the coalesced layout of `ops`, which all have ops[0]'s shape (inputs already
 /// broadcast). Dims are reversed so that dim 0 is the innermost.
 template <int N>

@@ -19,23 +19,13 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
 
 namespace ampgrad::cpu {
 namespace {
 
-// x viewed as [outer, n, inner] around dim.
-struct Split3 {
-  int64_t outer = 1, n = 1, inner = 1;
-  Split3(const Shape& s, int64_t dim) {
-    for (int64_t d = 0; d < int64_t(s.size()); ++d) {
-      if (d < dim) outer *= s[size_t(d)];
-      else if (d == dim) n = s[size_t(d)];
-      else inner *= s[size_t(d)];
-    }
-  }
-};
 
 constexpr int64_t kCols = 16;  // columns handled together when dim is not the last
 

@@ -155,13 +155,16 @@ void SGD::step() {
 Adam::Adam(std::vector<Tensor> params, AdamOptions options)
     : Adam(std::vector<ParamGroup>{{std::move(params), options}}) {}
 
-Adam::Adam(std::vector<ParamGroup> groups) {
+Adam::Adam(std::vector<ParamGroup> groups) { add_groups(std::move(groups)); }
+
+void Adam::add_groups(std::vector<ParamGroup> groups) {
+  const char* who = decoupled_ ? "AdamW" : "Adam";
   for (auto& g : groups) {
     const auto& o = g.options;
-    AG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "Adam", "betas must be in [0, 1), got ",
+    AG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, who, "betas must be in [0, 1), got ",
              o.beta1, " and ", o.beta2);
-    AG_CHECK(o.eps >= 0 && o.weight_decay >= 0, "Adam", "eps and weight_decay must be non-negative");
-    add_group(std::move(g.params), o.lr, decoupled_ ? "AdamW" : "Adam");
+    AG_CHECK(o.eps >= 0 && o.weight_decay >= 0, who, "eps and weight_decay must be non-negative");
+    add_group(std::move(g.params), o.lr, who);
     options_.push_back(o);
   }
 }
@@ -175,14 +178,7 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Adam(true) {
     const auto& o = g.options;
     converted.push_back({std::move(g.params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.master_weights}});
   }
-  for (auto& g : converted) {
-    const auto& o = g.options;
-    AG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "AdamW", "betas must be in [0, 1), got ",
-             o.beta1, " and ", o.beta2);
-    AG_CHECK(o.eps >= 0 && o.weight_decay >= 0, "AdamW", "eps and weight_decay must be non-negative");
-    add_group(std::move(g.params), o.lr, "AdamW");
-    options_.push_back(o);
-  }
+  add_groups(std::move(converted));
 }
 
 void Adam::step() {

@@ -115,7 +115,8 @@ class Adam : public Optimizer {
   void step() override;
 
  protected:
-  Adam(bool decoupled) : decoupled_(decoupled) {}
+  explicit Adam(bool decoupled) : decoupled_(decoupled) {}
+  void add_groups(std::vector<ParamGroup> groups);
   std::vector<AdamOptions> options_;
   bool decoupled_ = false;
 };
