@@ -190,6 +190,9 @@ int main(int argc, char** argv) {
       opt.load_state_dict(s);
       start_epoch = std::stoi(meta["epoch"]);
       best = std::stod(meta["best"]);
+      // Continue the random stream where the saved run was, so shuffling and dropout
+      // match an uninterrupted run.
+      ag::set_generator_state(std::stoull(meta["rng_seed"]), std::stoull(meta["rng_offset"]));
       if (!o.quiet) std::printf("resumed  : %s after epoch %d\n\n", o.resume.c_str(), start_epoch);
     }
 
@@ -256,8 +259,13 @@ int main(int argc, char** argv) {
         ag::nn::StateDict all;
         for (auto& [k, v] : model->state_dict()) all["model." + k] = v;
         for (auto& [k, v] : opt.state_dict()) all["optim." + k] = v;
+        const auto [rng_seed, rng_offset] = ag::generator_state();
         ag::nn::save(o.save, all,
-                     {{"model", o.model}, {"epoch", std::to_string(epoch)}, {"best", std::to_string(best)}});
+                     {{"model", o.model},
+                      {"epoch", std::to_string(epoch)},
+                      {"best", std::to_string(best)},
+                      {"rng_seed", std::to_string(rng_seed)},
+                      {"rng_offset", std::to_string(rng_offset)}});
       }
     }
 

@@ -152,6 +152,19 @@ void manual_seed(uint64_t seed) {
   g.offset = 0;
 }
 
+std::pair<uint64_t, uint64_t> generator_state() {
+  auto& g = generator();
+  std::lock_guard<std::mutex> lock(g.mu);
+  return {g.seed, g.offset};
+}
+
+void set_generator_state(uint64_t seed, uint64_t offset) {
+  auto& g = generator();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.seed = seed;
+  g.offset = offset;
+}
+
 std::pair<uint64_t, uint64_t> generator_advance(uint64_t n) {
   auto& g = generator();
   std::lock_guard<std::mutex> lock(g.mu);

@@ -44,6 +44,9 @@ Tensor from_blob(void* data, const std::vector<int64_t>& shape, const std::vecto
 
 // ---- random -------------------------------------------------------------------------
 void manual_seed(uint64_t seed);
+/// The global generator's (seed, offset), e.g. to store in a checkpoint, and its restore.
+std::pair<uint64_t, uint64_t> generator_state();
+void set_generator_state(uint64_t seed, uint64_t offset);
 /// Reserves n counters of the global generator: returns (seed, offset).
 std::pair<uint64_t, uint64_t> generator_advance(uint64_t n);
 
