@@ -181,15 +181,15 @@ void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Ten
   gemm_any(a, w, bias, out);
 }
 
+LinearAsMatmul::LinearAsMatmul(const Tensor& x, const Tensor& weight, const Tensor& o)
+    : a(detail::make_view(x, {1, x.size(0), x.size(1)}, {0, x.stride(0), x.stride(1)}, x.storage_offset())),
+      w(detail::make_view(weight, {1, weight.size(1), weight.size(0)}, {0, weight.stride(1), weight.stride(0)},
+                          weight.storage_offset())),
+      out(detail::make_view(o, {1, o.size(0), o.size(1)}, {0, o.size(1), 1}, o.storage_offset())) {}
+
 void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
-  // x [M, K] as one batch; weight [N, K] read transposed in place as [K, N].
-  Tensor a = detail::make_view(x, {1, x.size(0), x.size(1)}, {0, x.stride(0), x.stride(1)},
-                               x.storage_offset());
-  Tensor w = detail::make_view(weight, {1, weight.size(1), weight.size(0)},
-                               {0, weight.stride(1), weight.stride(0)}, weight.storage_offset());
-  Tensor o = detail::make_view(out, {1, out.size(0), out.size(1)}, {0, out.size(1), 1},
-                               out.storage_offset());
-  gemm_any(a, w, bias, o);
+  const LinearAsMatmul v(x, weight, out);
+  gemm_any(v.a, v.w, bias, v.out);
 }
 
 // ---- im2col convolution --------------------------------------------------------------------

@@ -49,6 +49,13 @@ Tensor float_copy(const Tensor& t);
 /// out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]), any operand strides.
 void eigen_matmul(const Tensor& a, const Tensor& w, const Tensor& out, const Tensor& bias = Tensor());
 void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+
+/// linear as one batched product: x [M, K] -> [1, M, K], weight [N, K] read transposed in
+/// place as [1, K, N], out [M, N] -> [1, M, N]; views, no copies.
+struct LinearAsMatmul {
+  Tensor a, w, out;
+  LinearAsMatmul(const Tensor& x, const Tensor& weight, const Tensor& out);
+};
 void eigen_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                   const Conv2dParams& p);
 void eigen_conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in,

@@ -103,14 +103,8 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
 void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { run(a, w, Tensor(), out, "matmul"); }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
-  // x [M, K] as one batch; weight [N, K] read transposed in place as [K, N].
-  Tensor a = detail::make_view(x, {1, x.size(0), x.size(1)}, {0, x.stride(0), x.stride(1)},
-                               x.storage_offset());
-  Tensor w = detail::make_view(weight, {1, weight.size(1), weight.size(0)},
-                               {0, weight.stride(1), weight.stride(0)}, weight.storage_offset());
-  Tensor o = detail::make_view(out, {1, out.size(0), out.size(1)}, {0, out.size(1), 1},
-                               out.storage_offset());
-  run(a, w, bias, o, "linear");
+  const LinearAsMatmul v(x, weight, out);
+  run(v.a, v.w, bias, v.out, "linear");
 }
 
 }  // namespace ampgrad::cpu
