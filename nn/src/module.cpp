@@ -79,6 +79,8 @@ std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_child
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<Module>>> Module::named_modules() {
+  AG_CHECK(!weak_from_this().expired(), "named_modules", "the ", type_name_,
+           " is not held by a std::shared_ptr (make it with std::make_shared)");
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> out{{"", shared_from_this()}};
   for (const auto& [n, c] : children_)
     for (auto& [cn, m] : c->named_modules()) out.emplace_back(cn.empty() ? n : n + "." + cn, m);

@@ -37,6 +37,9 @@ class Optimizer {
   std::vector<Tensor> parameters() const;
   /// Steps taken so far.
   int64_t steps() const { return steps_; }
+  /// Learning rates, step counts and state. Like PyTorch's, the state tensors are live
+  /// views: clone them (or save the dict) before stepping on if you need a snapshot.
+  /// Betas, eps and weight decay are not included; they come from the constructor.
   StateDict state_dict() const;
   /// Restores learning rates, step count and per-parameter state; the parameter layout
   /// (groups and shapes) must match, else ag::Error names the difference.

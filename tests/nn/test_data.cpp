@@ -1,0 +1,434 @@
+// IDX files (round trips and every kind of corruption), the DataLoader (coverage, order,
+// drop_last, seeding, prefetch), CharDataset, and the datasets' missing-file errors.
+#include "support/testing.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+using namespace ag;
+namespace fs = std::filesystem;
+using Bytes = std::vector<unsigned char>;
+
+namespace {
+
+// A fresh directory under the test temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::path(::testing::TempDir()) /
+            ("ampgrad_" + std::string(info ? info->name() : "test") + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write_bytes(const std::string& path, const Bytes& b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+Bytes read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// A gzip file holding `data` in one stored (uncompressed) deflate block, so that tests can
+// put any bytes inside a valid gzip stream without linking zlib (RFC 1951 and 1952).
+Bytes gzip_stored(const Bytes& data) {
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char c : data) {
+    crc ^= c;
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  crc ^= 0xffffffffu;
+  const size_t n = data.size();
+  Bytes out(10 + 5 + n + 8, 0);
+  const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff};  // magic, deflate, no flags, mtime, xfl, os
+  for (size_t i = 0; i < 10; ++i) out[i] = head[i];
+  const uint16_t len = uint16_t(n), nlen = uint16_t(~len);
+  out[10] = 1;  // final block, stored
+  out[11] = uint8_t(len & 0xff);
+  out[12] = uint8_t(len >> 8);
+  out[13] = uint8_t(nlen & 0xff);
+  out[14] = uint8_t(nlen >> 8);
+  for (size_t i = 0; i < n; ++i) out[15 + i] = data[i];
+  for (int k = 0; k < 4; ++k) {
+    out[15 + n + size_t(k)] = uint8_t(crc >> (8 * k));
+    out[19 + n + size_t(k)] = uint8_t(uint32_t(n) >> (8 * k));
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- IDX --------------------------------------------------------------------------------------
+
+TEST(DataIdx, RoundTripPlainAndGzip) {
+  TempDir dir;
+  manual_seed(1);
+  Tensor t = randint(0, 256, {3, 4, 5}, kUInt8);
+  Tensor v = from_vector<int64_t>({0, 1, 127, 128, 255}, {5}, kUInt8);
+  for (const char* name : {"a-idx3-ubyte", "a-idx3-ubyte.gz"}) {
+    const std::string path = dir.file(name);
+    data::write_idx(path, t);
+    Tensor r = data::read_idx(path);
+    EXPECT_EQ(r.dtype(), kUInt8) << name;
+    EXPECT_EQ(r.sizes(), (std::vector<int64_t>{3, 4, 5})) << name;
+    EXPECT_EQ(r.to_vector<int64_t>(), t.to_vector<int64_t>()) << name;
+  }
+  const Bytes plain = read_bytes(dir.file("a-idx3-ubyte"));
+  ASSERT_EQ(plain.size(), 4u + 3 * 4 + 60);
+  EXPECT_EQ(Bytes(plain.begin(), plain.begin() + 8), (Bytes{0, 0, 8, 3, 0, 0, 0, 3}));
+  const Bytes gz = read_bytes(dir.file("a-idx3-ubyte.gz"));
+  ASSERT_GE(gz.size(), 2u);
+  EXPECT_EQ(gz[0], 0x1f);  // the gzip magic
+  EXPECT_EQ(gz[1], 0x8b);
+  // 1-D, with every byte value kept
+  data::write_idx(dir.file("v.gz"), v);
+  EXPECT_EQ(data::read_idx(dir.file("v.gz")).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 127, 128, 255}));
+  // a non-contiguous tensor is written in logical order
+  Tensor nc = t.select(2, 1);
+  data::write_idx(dir.file("nc"), nc.transpose(0, 1));
+  Tensor back = data::read_idx(dir.file("nc"));
+  EXPECT_EQ(back.sizes(), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(back.to_vector<int64_t>(), nc.transpose(0, 1).contiguous().to_vector<int64_t>());
+  // overwriting leaves no temporary file behind
+  data::write_idx(dir.file("v.gz"), t);
+  EXPECT_EQ(data::read_idx(dir.file("v.gz")).sizes(), (std::vector<int64_t>{3, 4, 5}));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+  EXPECT_AG_ERROR(data::write_idx(dir.file("f"), zeros({2})), "expected a uint8 tensor, got float32");
+}
+
+TEST(DataIdx, CorruptFilesNameThePathAndProblem) {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    Bytes bytes;
+    const char* problem;
+  };
+  const std::vector<Case> cases = {
+      {"truncated", {0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5}, "need 6 bytes of data but the file has 5 (truncated)"},
+      {"trailing", {0, 0, 8, 1, 0, 0, 0, 2, 7, 8, 9}, "need 2 bytes of data but the file has 3 (trailing data)"},
+      {"magic", {1, 0, 8, 1, 0, 0, 0, 1, 7}, "bad magic number"},
+      {"magic2", {0, 3, 8, 1, 0, 0, 0, 1, 7}, "bad magic number"},
+      {"type", {0, 0, 0x0D, 1, 0, 0, 0, 1, 0, 0, 0, 0}, "element type 0xd is not supported"},
+      {"ndim0", {0, 0, 8, 0}, "bad number of dims 0"},
+      {"short", {0, 0, 8}, "too short for an IDX header (3 bytes)"},
+      {"empty", {}, "too short for an IDX header (0 bytes)"},
+      {"header", {0, 0, 8, 3, 0, 0, 0, 1, 0, 0}, "truncated header"},
+      {"huge", {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1}, "implausibly large"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir.file(std::string(c.name) + "-idx-ubyte");
+    write_bytes(path, c.bytes);
+    const std::string msg = error_of([&] { data::read_idx(path); });
+    EXPECT_TRUE(has(msg, "[read_idx]")) << c.name << ": " << msg;
+    EXPECT_TRUE(has(msg, path)) << c.name << ": " << msg;
+    EXPECT_TRUE(has(msg, c.problem)) << c.name << ": " << msg << "\nexpected: " << c.problem;
+  }
+  // a valid gzip stream (written by hand, see gzip_stored) whose IDX content is corrupt
+  {
+    const std::string plain_ok = dir.file("stored-ok.gz");
+    write_bytes(plain_ok, gzip_stored({0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4}));
+    EXPECT_EQ(data::read_idx(plain_ok).to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 4}));
+    const std::string path = dir.file("stored-truncated.gz");
+    write_bytes(path, gzip_stored({0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3}));
+    const std::string msg = error_of([&] { data::read_idx(path); });
+    EXPECT_TRUE(has(msg, path)) << msg;
+    EXPECT_TRUE(has(msg, "need 4 bytes of data but the file has 3 (truncated)")) << msg;
+  }
+  // a truncated gzip stream
+  const std::string good = dir.file("good.gz");
+  manual_seed(2);
+  data::write_idx(good, randint(0, 256, {64, 64}, kUInt8));
+  const Bytes gz = read_bytes(good);
+  ASSERT_GT(gz.size(), 100u);
+  for (size_t keep : {gz.size() / 2, gz.size() - 4}) {
+    const std::string path = dir.file("cut" + std::to_string(keep) + ".gz");
+    write_bytes(path, Bytes(gz.begin(), gz.begin() + std::ptrdiff_t(keep)));
+    const std::string msg = error_of([&] { data::read_idx(path); });
+    EXPECT_TRUE(has(msg, path)) << msg;
+    // the stream ends early: either zlib notices, or the IDX dims do
+    EXPECT_TRUE(has(msg, "corrupt or truncated gzip data") || has(msg, "(truncated)")) << keep << ": " << msg;
+  }
+  // gzip with a corrupted body (CRC or inflate error)
+  Bytes bad = gz;
+  for (size_t i = 20; i < 60; ++i) bad[i] ^= 0x5a;
+  const std::string badpath = dir.file("garbled.gz");
+  write_bytes(badpath, bad);
+  const std::string msg = error_of([&] { data::read_idx(badpath); });
+  EXPECT_TRUE(has(msg, badpath)) << msg;
+  EXPECT_TRUE(has(msg, "corrupt or truncated gzip data")) << msg;
+}
+
+TEST(DataIdx, MissingFileNamed) {
+  TempDir dir;
+  const std::string path = dir.file("nope-idx1-ubyte.gz");
+  EXPECT_AG_ERROR(data::read_idx(path), path + ": no such file");
+}
+
+// ---- DataLoader -------------------------------------------------------------------------------
+
+namespace {
+
+// Row i of the inputs is (i, -i); target i is i: a batch shows which examples it holds.
+std::shared_ptr<data::TensorDataset> numbered(int64_t n) {
+  std::vector<float> in;
+  std::vector<int64_t> tg;
+  for (int64_t i = 0; i < n; ++i) {
+    in.push_back(float(i));
+    in.push_back(-float(i));
+    tg.push_back(i);
+  }
+  return std::make_shared<data::TensorDataset>(from_vector<float>(in, {n, 2}), from_vector<int64_t>(tg, {n}));
+}
+
+// Every batch's target ids, checking each input row matches its target.
+std::vector<std::vector<int64_t>> epoch(const data::DataLoader& loader) {
+  std::vector<std::vector<int64_t>> out;
+  for (const data::Batch& b : loader) {
+    auto ids = b.target.to_vector<int64_t>();
+    auto in = b.input.to_vector<double>();
+    EXPECT_EQ(b.input.sizes(), (std::vector<int64_t>{int64_t(ids.size()), 2}));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(in[2 * i], double(ids[i]));
+      EXPECT_EQ(in[2 * i + 1], -double(ids[i]));
+    }
+    out.push_back(ids);
+  }
+  return out;
+}
+
+std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches) {
+  std::vector<int64_t> out;
+  for (auto& b : batches) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+std::vector<int64_t> iota(int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = i;
+  return v;
+}
+
+}  // namespace
+
+TEST(DataLoader, SequentialCoversEveryExampleInOrder) {
+  data::DataLoader loader(numbered(23), {.batch_size = 5, .shuffle = false});
+  EXPECT_EQ(loader.num_batches(), 5);
+  EXPECT_EQ(loader.batch_size(), 5);
+  EXPECT_EQ(loader.dataset().size(), 23);
+  auto b = epoch(loader);
+  ASSERT_EQ(b.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(b[i].size(), 5u);
+  EXPECT_EQ(b[4], (std::vector<int64_t>{20, 21, 22}));
+  EXPECT_EQ(flat(b), iota(23));
+  // a second epoch is the same
+  EXPECT_EQ(epoch(loader), b);
+}
+
+TEST(DataLoader, ShuffleCoversEveryExampleOnce) {
+  manual_seed(3);
+  data::DataLoader loader(numbered(103), {.batch_size = 10, .shuffle = true});
+  auto e1 = flat(epoch(loader));
+  auto e2 = flat(epoch(loader));
+  for (auto* e : {&e1, &e2}) {
+    ASSERT_EQ(e->size(), 103u);
+    auto sorted = *e;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, iota(103));
+    EXPECT_NE(*e, iota(103));
+  }
+  EXPECT_NE(e1, e2);  // each epoch draws a new order
+}
+
+TEST(DataLoader, DropLastAndNumBatches) {
+  data::DataLoader drop(numbered(23), {.batch_size = 5, .shuffle = false, .drop_last = true});
+  EXPECT_EQ(drop.num_batches(), 4);
+  auto b = epoch(drop);
+  ASSERT_EQ(b.size(), 4u);
+  for (auto& x : b) EXPECT_EQ(x.size(), 5u);
+  EXPECT_EQ(flat(b), iota(20));
+  manual_seed(4);
+  data::DataLoader sdrop(numbered(23), {.batch_size = 5, .shuffle = true, .drop_last = true});
+  auto s = flat(epoch(sdrop));
+  EXPECT_EQ(s.size(), 20u);
+  EXPECT_EQ(std::set<int64_t>(s.begin(), s.end()).size(), 20u);
+  // exact multiples, batches larger than the dataset
+  EXPECT_EQ(data::DataLoader(numbered(20), {.batch_size = 5}).num_batches(), 4);
+  EXPECT_EQ(data::DataLoader(numbered(20), {.batch_size = 5, .drop_last = true}).num_batches(), 4);
+  data::DataLoader big(numbered(7), {.batch_size = 10});
+  EXPECT_EQ(big.num_batches(), 1);
+  EXPECT_EQ(flat(epoch(big)), iota(7));
+  data::DataLoader none(numbered(7), {.batch_size = 10, .drop_last = true});
+  EXPECT_EQ(none.num_batches(), 0);
+  EXPECT_TRUE(epoch(none).empty());
+  EXPECT_TRUE(none.begin() == none.end());
+  EXPECT_AG_ERROR(data::DataLoader(numbered(7), {.batch_size = 0}), "batch_size must be positive, got 0");
+  EXPECT_AG_ERROR(data::DataLoader(nullptr), "dataset is null");
+}
+
+TEST(DataLoader, SeedDeterminesOrder) {
+  auto ds = numbered(50);
+  auto order = [&](uint64_t seed) {
+    manual_seed(seed);
+    data::DataLoader loader(ds, {.batch_size = 8, .shuffle = true});
+    return flat(epoch(loader));
+  };
+  EXPECT_EQ(order(7), order(7));
+  EXPECT_NE(order(7), order(8));
+  auto p1 = (manual_seed(9), data::random_permutation(1000));
+  auto p2 = (manual_seed(9), data::random_permutation(1000));
+  EXPECT_EQ(p1, p2);
+  auto sorted = p1;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, iota(1000));
+  EXPECT_NE(p1, iota(1000));
+  EXPECT_TRUE(data::random_permutation(0).empty());
+  EXPECT_EQ(data::random_permutation(1), (std::vector<int64_t>{0}));
+}
+
+TEST(DataLoader, PrefetchOnAndOffGiveSameBatches) {
+  auto ds = numbered(61);
+  for (bool shuffle : {false, true}) {
+    manual_seed(10);
+    data::DataLoader on(ds, {.batch_size = 7, .shuffle = shuffle, .prefetch = true});
+    auto a = epoch(on);
+    manual_seed(10);
+    data::DataLoader off(ds, {.batch_size = 7, .shuffle = shuffle, .prefetch = false});
+    auto b = epoch(off);
+    EXPECT_EQ(a, b) << "shuffle " << shuffle;
+    EXPECT_EQ(a.size(), 9u);
+  }
+  // abandoning an epoch midway with a batch in flight is fine
+  data::DataLoader on(ds, {.batch_size = 7, .prefetch = true});
+  auto it = on.begin();
+  ++it;
+  EXPECT_EQ(it->target.to_vector<int64_t>()[0], 7);
+}
+
+TEST(DataTensorDataset, BatchesAndShapeCheck) {
+  Tensor x = arange(12, kFloat32).view({4, 3});
+  Tensor y = from_vector<int64_t>({10, 11, 12, 13}, {4});
+  data::TensorDataset ds(x, y);
+  EXPECT_EQ(ds.size(), 4);
+  auto b = ds.get_batch({3, 1, 3});
+  EXPECT_EQ(b.input.sizes(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(b.input.to_vector<double>(), (std::vector<double>{9, 10, 11, 3, 4, 5, 9, 10, 11}));
+  EXPECT_EQ(b.target.to_vector<int64_t>(), (std::vector<int64_t>{13, 11, 13}));
+  EXPECT_AG_ERROR(data::TensorDataset(x, zeros({3})), "must share their first dim");
+}
+
+// ---- text -------------------------------------------------------------------------------------
+
+TEST(DataCharDataset, EncodeDecodeAndShift) {
+  data::CharDataset ds("hello world", 4);
+  EXPECT_EQ(ds.vocab_size(), 8);  // " dehlorw"
+  EXPECT_EQ(ds.block_size(), 4);
+  EXPECT_EQ(ds.encode(" dehlorw"), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ds.encode("hello"), (std::vector<int64_t>{3, 2, 4, 4, 5}));
+  EXPECT_EQ(ds.decode(ds.encode("world hello")), "world hello");
+  EXPECT_EQ(ds.size(), 7);  // 11 characters, windows of 4 + 1
+  auto b = ds.get_batch({0, 6, 2});
+  EXPECT_EQ(b.input.dtype(), kInt64);
+  EXPECT_EQ(b.input.sizes(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(b.target.sizes(), (std::vector<int64_t>{3, 4}));
+  auto x = b.input.to_vector<int64_t>(), y = b.target.to_vector<int64_t>();
+  auto row = [](const std::vector<int64_t>& v, size_t r) { return std::vector<int64_t>(v.begin() + long(4 * r), v.begin() + long(4 * r + 4)); };
+  EXPECT_EQ(ds.decode(row(x, 0)), "hell");
+  EXPECT_EQ(ds.decode(row(y, 0)), "ello");
+  EXPECT_EQ(ds.decode(row(x, 1)), "worl");
+  EXPECT_EQ(ds.decode(row(y, 1)), "orld");
+  EXPECT_EQ(ds.decode(row(x, 2)), "llo ");
+  EXPECT_EQ(ds.decode(row(y, 2)), "lo w");
+  EXPECT_AG_ERROR(ds.encode("hi"), "character 105 is not in the vocabulary");
+  EXPECT_AG_ERROR(ds.decode({8}), "token 8 is out of range for a vocabulary of 8");
+  EXPECT_AG_ERROR(ds.get_batch({7}), "index 7 is out of range for 7 examples");
+  EXPECT_AG_ERROR(data::CharDataset("abcd", 4), "fewer than block_size + 1 = 5");
+  // batches through a loader
+  manual_seed(1);
+  data::DataLoader loader(std::make_shared<data::CharDataset>("abcdefghij", 3), {.batch_size = 4, .shuffle = true});
+  int64_t n = 0;
+  for (const auto& batch : loader) {
+    auto xi = batch.input.to_vector<int64_t>(), yi = batch.target.to_vector<int64_t>();
+    for (size_t i = 0; i < xi.size(); ++i) EXPECT_EQ(yi[i], xi[i] + 1);  // consecutive letters
+    n += batch.input.size(0);
+  }
+  EXPECT_EQ(n, 7);
+}
+
+TEST(DataText, ReadTextFileAndDirectory) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "fortunes");
+  std::ofstream(dir.file("fortunes/b")) << "second\n";
+  std::ofstream(dir.file("fortunes/a")) << "first\n";
+  std::ofstream(dir.file("fortunes/a.dat")) << "INDEX";
+  EXPECT_EQ(data::read_text(dir.file("fortunes")), "first\nsecond\n");
+  EXPECT_EQ(data::read_text(dir.file("fortunes/b")), "second\n");
+  const std::string missing = dir.file("absent.txt");
+  EXPECT_AG_ERROR(data::read_text(missing), missing + ": no such file or directory");
+}
+
+TEST(DataFashionMnist, MissingDirectoryNamesThePackage) {
+  TempDir dir;
+  const std::string d = dir.file("no-fashion-here");
+  const std::string msg = error_of([&] { data::fashion_mnist(true, d); });
+  EXPECT_TRUE(has(msg, "dataset-fashion-mnist")) << msg;
+  EXPECT_TRUE(has(msg, d)) << msg;
+  EXPECT_TRUE(has(msg, "train-images-idx3-ubyte.gz")) << msg;
+  const std::string msg2 = error_of([&] { data::fashion_mnist(false, d); });
+  EXPECT_TRUE(has(msg2, "t10k-images-idx3-ubyte.gz")) << msg2;
+  EXPECT_TRUE(has(msg2, "dataset-fashion-mnist")) << msg2;
+}
+
+TEST(DataFashionMnist, SmallFakeCopyLoadsNormalised) {
+  TempDir dir;
+  // three 28x28 images of constant values 0, 255 and 73, labels 9, 0, 4
+  std::vector<uint8_t> pix;
+  for (int v : {0, 255, 73})
+    for (int i = 0; i < 784; ++i) pix.push_back(uint8_t(v));
+  data::write_idx(dir.file("t10k-images-idx3-ubyte.gz"), from_vector<uint8_t>(pix, {3, 28, 28}));
+  data::write_idx(dir.file("t10k-labels-idx1-ubyte.gz"), from_vector<uint8_t>({9, 0, 4}, {3}));
+  auto ds = data::fashion_mnist(false, dir.path().string());
+  EXPECT_EQ(ds->size(), 3);
+  EXPECT_EQ(ds->inputs().sizes(), (std::vector<int64_t>{3, 1, 28, 28}));
+  EXPECT_EQ(ds->inputs().dtype(), kFloat32);
+  EXPECT_EQ(ds->targets().dtype(), kInt64);
+  EXPECT_EQ(ds->targets().to_vector<int64_t>(), (std::vector<int64_t>{9, 0, 4}));
+  auto x = ds->inputs().to_vector<double>();
+  EXPECT_NEAR(x[0], (0 - 0.2860) / 0.3530, 1e-5);
+  EXPECT_NEAR(x[784], (1 - 0.2860) / 0.3530, 1e-5);
+  EXPECT_NEAR(x[2 * 784 + 5], (73 / 255.0 - 0.2860) / 0.3530, 1e-5);
+  // labels that do not match the images
+  data::write_idx(dir.file("t10k-labels-idx1-ubyte.gz"), from_vector<uint8_t>({9, 0}, {2}));
+  EXPECT_AG_ERROR(data::fashion_mnist(false, dir.path().string()), "expected 3 labels, got shape [2]");
+}
