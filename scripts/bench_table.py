@@ -28,6 +28,8 @@ TARGETS = [
     # puts PyTorch next to these).
     (r"^train_step/mlp$", "min_rate", 40000),
     (r"^train_step/cnn$", "min_rate", 3500),
+    # bench_autocast: autocast at most 10% slower than casting the weights by hand.
+    (r"^autocast_overhead/", "ratio", 1 / 1.1),
 ]
 OURS = "ampgrad"
 NOISY_CV = 0.10  # flag a median whose repetitions vary more than this (coefficient of variation)

@@ -41,6 +41,7 @@ void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, c
 
 void Backend::sgd_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdStep&) { AG_MISSING("SGD"); }
 void Backend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStep&) { AG_MISSING("Adam"); }
+void Backend::amp_unscale_and_check(const Tensor&, double, const Tensor&) { AG_MISSING("amp_unscale_and_check"); }
 
 #undef AG_MISSING
 

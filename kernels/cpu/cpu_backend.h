@@ -66,6 +66,8 @@ class CpuBackend final : public Backend {
                 const SgdStep& s) override;
   void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const Tensor& master, const AdamStep& s) override;
+
+  void amp_unscale_and_check(const Tensor& grad, double inv_scale, const Tensor& found_inf) override;
 };
 
 }  // namespace ampgrad::cpu

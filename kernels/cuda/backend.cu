@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "ampgrad/backend.h"
+#include "ampgrad/hw/profile.h"
 
 #define AG_CUDA_CHECK(op, call)                                                   \
   do {                                                                            \
@@ -65,5 +66,23 @@ Backend& cuda_backend(const char* op) {
 }
 
 bool built_with_cuda() { return true; }
+
+namespace hw::detail {
+// For the hardware profile: any runtime error (no driver, a device that fails to answer)
+// gives an empty list, never an exception, and the sticky error is cleared.
+std::vector<CudaDevice> query_cuda_devices() {
+  std::vector<CudaDevice> out;
+  const int n = device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    out.push_back({i, prop.name, prop.major, prop.minor, prop.totalGlobalMem, prop.multiProcessorCount});
+  }
+  return out;
+}
+}  // namespace hw::detail
 
 }  // namespace ampgrad

@@ -11,6 +11,7 @@
 #include "ampgrad/factories.h"
 #include "ampgrad/half.h"
 #include "ampgrad/hw/cpu.h"
+#include "ampgrad/hw/profile.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/loss.h"
 #include "ampgrad/ops/nn.h"
@@ -19,6 +20,9 @@
 #include "ampgrad/scalar.h"
 #include "ampgrad/tensor.h"
 #include "ampgrad/version.h"
+
+// autocast/: mixed precision
+#include "ampgrad/autocast/autocast.h"
 
 // nn/: modules, optimizers, schedulers, data
 #include "ampgrad/data/dataset.h"
@@ -31,5 +35,8 @@
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
 #include "ampgrad/optim/scheduler.h"
+
+// autocast/: mixed precision (ag::GradScaler, ag::GradScalerOptions)
+#include "ampgrad/autocast/grad_scaler.h"
 
 namespace ag = ampgrad;

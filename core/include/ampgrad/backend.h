@@ -149,6 +149,14 @@ class Backend {
                         const Tensor& master, const SgdStep& s);
   virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                          const Tensor& exp_avg_sq, const Tensor& master, const AdamStep& s);
+
+  // ---- amp (the grad scaler) -----------------------------------------------------------
+  /// One fused pass over a contiguous floating gradient: grad *= inv_scale in place
+  /// (computed in float32, float64 for float64 grads), and found_inf (float32, one
+  /// element, on grad's device) is set to 1 if any element of grad was inf or NaN before
+  /// scaling; it is never cleared here, so one flag can collect several gradients. Nothing
+  /// is read back to the host.
+  virtual void amp_unscale_and_check(const Tensor& grad, double inv_scale, const Tensor& found_inf);
 };
 
 /// The backend of a device type. `op` names the caller in the error raised when the device

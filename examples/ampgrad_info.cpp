@@ -1,0 +1,115 @@
+// ampgrad-info: the hardware report, like a short nvidia-smi plus CPU flags. It prints the
+// build (oneDNN, CUDA), the CPU (model, vendor, cores, flags, the ISA oneDNN uses), each
+// CUDA device with its derived features, and the native / emulated / unsupported verdict
+// for every (device, dtype) with its reason. Everything printed comes from one
+// ag::hw::HardwareProfile: this machine's (ag::hw::query()) or, with --profile NAME, one of
+// the fake profiles in ag::hw::profiles (t4, a100, h200, cpu-without-avx512, ...).
+#include <ampgrad/ampgrad.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace hw = ag::hw;
+
+namespace {
+
+std::string cpu_flags(const hw::CpuFeatures& f) {
+  const std::pair<bool, const char*> flags[] = {
+      {f.sse42, "sse4.2"},           {f.avx, "avx"},           {f.avx2, "avx2"},
+      {f.fma, "fma"},                {f.f16c, "f16c"},         {f.avx512f, "avx512f"},
+      {f.avx512bw, "avx512bw"},      {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"},
+      {f.avx512_bf16, "avx512_bf16"}, {f.avx512_fp16, "avx512_fp16"},
+      {f.amx_tile, "amx_tile"},      {f.amx_bf16, "amx_bf16"}, {f.amx_fp16, "amx_fp16"}};
+  std::string s;
+  for (auto& [on, name] : flags)
+    if (on) s += (s.empty() ? "" : " ") + std::string(name);
+  return s.empty() ? "(none detected)" : s;
+}
+
+const char* yes_no(bool b) { return b ? "yes" : "no"; }
+
+void print_report(const hw::HardwareProfile& p, const std::string& title) {
+  std::printf("ampgrad %s hardware report: %s\n\n", AMPGRAD_VERSION_STRING, title.c_str());
+  std::printf("build   oneDNN %s, CUDA %s\n\n", p.built_with_onednn ? "on" : "off",
+              p.built_with_cuda ? "built" : "not built");
+
+  const auto& c = p.cpu;
+  std::printf("cpu     %s\n", c.model_name.empty() ? "(unknown model)" : c.model_name.c_str());
+  std::printf("        vendor %s, %d logical cores\n", c.vendor.empty() ? "(unknown)" : c.vendor.c_str(),
+              c.logical_cores);
+  std::printf("        flags  %s\n", cpu_flags(c).c_str());
+  std::printf("        oneDNN ISA %s\n\n", p.onednn_isa.c_str());
+
+  if (p.cuda.empty()) {
+    std::printf("cuda    no CUDA device (%s)\n\n",
+                p.built_with_cuda ? "the CUDA runtime found no GPU or no driver"
+                                  : "ampgrad was built without CUDA");
+  } else {
+    for (const auto& d : p.cuda) {
+      std::printf("%-8s%s\n", ("cuda:" + std::to_string(d.index)).c_str(), d.name.c_str());
+      std::printf("        compute capability %s, %.1f GiB, %d SMs\n", d.compute_capability().c_str(),
+                  double(d.total_memory) / double(size_t(1) << 30), d.sm_count);
+      std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n",
+                  yes_no(d.fp16_tensor_cores()), yes_no(d.bf16_native()), yes_no(d.tf32()),
+                  yes_no(d.fp8()));
+    }
+    std::printf("\n");
+  }
+
+  std::vector<ag::Device> devices = {ag::Device(ag::kCPU)};
+  if (p.cuda.empty())
+    devices.emplace_back(ag::kCUDA, 0);  // shows why CUDA is unsupported
+  else
+    for (const auto& d : p.cuda) devices.emplace_back(ag::kCUDA, d.index);
+  const ag::DType dtypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64};
+
+  std::printf("%-8s", "verdict");
+  for (auto dt : dtypes) std::printf(" %-12s", ag::dtype_name(dt));
+  std::printf("\n");
+  for (const auto& dev : devices) {
+    std::printf("%-8s", dev.str().c_str());
+    for (auto dt : dtypes) std::printf(" %-12s", hw::support_name(hw::verdict(p, dev, dt).support));
+    std::printf("\n");
+  }
+  std::printf("\nreasons\n");
+  for (const auto& dev : devices) {
+    // Identical GPUs (same name and compute capability) share cuda:0's reasons.
+    if (dev.is_cuda() && dev.index > 0 && size_t(dev.index) < p.cuda.size() &&
+        p.cuda[size_t(dev.index)].name == p.cuda[0].name &&
+        p.cuda[size_t(dev.index)].cc() == p.cuda[0].cc()) {
+      std::printf("  %-7s (same as cuda:0)\n", dev.str().c_str());
+      continue;
+    }
+    for (auto dt : dtypes) {
+      const auto v = hw::verdict(p, dev, dt);
+      std::printf("  %-7s %-9s %-12s %s\n", dev.str().c_str(), ag::dtype_name(dt),
+                  hw::support_name(v.support), v.reason.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ampgrad-info: what this machine (or a fake profile) can compute, and how fast"};
+  std::string profile_name;
+  std::string names;
+  for (const auto& n : hw::profiles::names()) names += (names.empty() ? "" : "|") + n;
+  app.add_option("--profile", profile_name, "print the report for a fake profile: " + names)
+      ->check(CLI::IsMember(hw::profiles::names()));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (profile_name.empty()) {
+      print_report(hw::query(), "this machine");
+    } else {
+      print_report(*hw::profiles::by_name(profile_name), "fake profile '" + profile_name + "'");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ampgrad-info: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,216 @@
+#include "support/testing.h"
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+using namespace ag;
+
+namespace {
+
+// The docs table: op -> (cpu policy, cuda policy).
+std::map<std::string, std::pair<std::string, std::string>> doc_table() {
+  std::ifstream in(std::string(AMPGRAD_SOURCE_DIR) + "/docs/autocast.md");
+  EXPECT_TRUE(in.good()) << "docs/autocast.md not found";
+  std::map<std::string, std::pair<std::string, std::string>> rows;
+  std::string line;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("| op | cpu | cuda |", 0) == 0) {
+      in_table = true;
+      continue;
+    }
+    if (!in_table) continue;
+    if (line.empty() || line[0] != '|') break;
+    if (line.rfind("|---", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, '|')) {
+      const auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      if (b != std::string::npos) cells.push_back(cell.substr(b, e - b + 1));
+    }
+    if (cells.size() == 3) rows[cells[0]] = {cells[1], cells[2]};
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(AutocastPolicy, DocsTableMatchesCode) {
+  const auto rows = doc_table();
+  ASSERT_FALSE(rows.empty());
+  for (const auto& [op, pol] : rows) {
+    EXPECT_EQ(pol.first, cast_policy_name(autocast::policy(op, kCPU))) << op << " on cpu";
+    EXPECT_EQ(pol.second, cast_policy_name(autocast::policy(op, kCUDA))) << op << " on cuda";
+  }
+  for (DeviceType t : {kCPU, kCUDA})
+    for (const auto& [op, p] : autocast::policy_table(t))
+      EXPECT_TRUE(rows.count(std::string(op))) << op << " is in the code's table but not in docs/autocast.md";
+}
+
+// Output dtype of each row under each autocast dtype, for every kind of input.
+TEST(AutocastPolicy, RowByRowDecisions) {
+  const std::vector<DType> ins = {kFloat32, kFloat16, kBFloat16, kFloat64, kInt64};
+  for (DeviceType t : {kCPU, kCUDA}) {
+    for (DType ad : {kFloat16, kBFloat16}) {
+      for (const auto& [op, p] : autocast::policy_table(t)) {
+        for (DType in : ins) {
+          const auto got = autocast::cast_dtypes(op, t, ad, {in, kInt64})[0];
+          DType want = in;
+          if (is_floating(in) && in != kFloat64) {
+            if (p == CastPolicy::LowerPrecision) want = ad;
+            if (p == CastPolicy::Float32) want = kFloat32;
+          }
+          EXPECT_EQ(got, want) << op << " on " << device_type_name(t) << " under " << dtype_name(ad) << " with "
+                               << dtype_name(in);
+        }
+      }
+      // promote: low precision only when every floating input is
+      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, ad}), (std::vector<DType>{ad, ad}));
+      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, kFloat32}), (std::vector<DType>{kFloat32, kFloat32}));
+      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, kFloat64}), (std::vector<DType>{ad, kFloat64}));
+      EXPECT_EQ(autocast::cast_dtypes("relu", t, ad, {kFloat32}), (std::vector<DType>{kFloat32}));
+    }
+  }
+  EXPECT_EQ(autocast::policy("softmax", kCPU), CastPolicy::PassThrough);
+  EXPECT_EQ(autocast::policy("softmax", kCUDA), CastPolicy::Float32);
+  EXPECT_EQ(autocast::policy("no_such_op", kCUDA), CastPolicy::PassThrough);
+}
+
+TEST(Autocast, OpsUnderCpuBFloat16) {
+  manual_seed(0);
+  Tensor x = randn({4, 8}), w = randn({3, 8}), b = randn({3});
+  AutocastGuard g(kCPU, kBFloat16);
+  EXPECT_EQ(linear(x, w, b).dtype(), kBFloat16);
+  EXPECT_EQ(matmul(x, w.t()).dtype(), kBFloat16);
+  EXPECT_EQ(conv2d(randn({1, 2, 5, 5}), randn({3, 2, 3, 3})).dtype(), kBFloat16);
+  Tensor logits = linear(x, w, b);
+  EXPECT_EQ(cross_entropy(logits, from_vector<int64_t>({0, 1, 2, 0}, {4})).dtype(), kFloat32);
+  EXPECT_EQ(mse_loss(logits, zeros({4, 3}, kBFloat16)).dtype(), kFloat32);
+  EXPECT_EQ(softmax(logits, 1).dtype(), kBFloat16);  // pass-through on cpu
+  EXPECT_EQ(cat({logits, logits}).dtype(), kBFloat16);
+  EXPECT_EQ(cat({logits, x.narrow(1, 0, 3)}).dtype(), kFloat32);
+  EXPECT_EQ(linear(x.to(kFloat64), w.to(kFloat64)).dtype(), kFloat64);  // float64 is never cast
+  EXPECT_EQ((x + x).dtype(), kFloat32);  // pass-through
+  // values: autocast linear equals a bf16 linear computed by hand
+  Tensor by_hand;
+  {
+    AutocastGuard off(kCPU, false);
+    by_hand = linear(x.to(kBFloat16), w.to(kBFloat16), b.to(kBFloat16));
+  }
+  EXPECT_TRUE(agt::allclose(linear(x, w, b), by_hand, 0, 0));
+}
+
+TEST(Autocast, GuardNestingExceptionsAndDisable) {
+  EXPECT_FALSE(autocast::is_enabled(kCPU));
+  EXPECT_EQ(autocast::get_dtype(kCPU), kBFloat16);
+  EXPECT_EQ(autocast::get_dtype(kCUDA), kFloat16);
+  {
+    AutocastGuard a(kCPU, kFloat16, true, false);
+    EXPECT_TRUE(autocast::is_enabled(kCPU));
+    EXPECT_EQ(autocast::get_dtype(kCPU), kFloat16);
+    EXPECT_FALSE(autocast::is_cache_enabled(kCPU));
+    EXPECT_EQ(autocast::depth(kCPU), 1);
+    try {
+      AutocastGuard b(kCPU, kBFloat16);
+      EXPECT_EQ(autocast::depth(kCPU), 2);
+      {
+        AutocastGuard off(kCPU, false);
+        EXPECT_FALSE(autocast::is_enabled(kCPU));
+        EXPECT_EQ(linear(ones({2, 2}), ones({2, 2})).dtype(), kFloat32);
+      }
+      EXPECT_TRUE(autocast::is_enabled(kCPU));
+      throw std::runtime_error("leave");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_EQ(autocast::get_dtype(kCPU), kFloat16);
+    EXPECT_FALSE(autocast::is_cache_enabled(kCPU));
+    EXPECT_EQ(autocast::depth(kCPU), 1);
+  }
+  EXPECT_FALSE(autocast::is_enabled(kCPU));
+  EXPECT_TRUE(autocast::is_cache_enabled(kCPU));
+  EXPECT_EQ(autocast::get_dtype(kCPU), kBFloat16);
+  EXPECT_EQ(autocast::depth(kCPU), 0);
+  EXPECT_FALSE(autocast::any_enabled());
+  EXPECT_AG_ERROR(AutocastGuard(kCPU, kInt32), "[AutocastGuard] autocast casts to float16, bfloat16 or float32, got int32");
+}
+
+TEST(Autocast, UnsupportedDeviceFailsAtTheGuard) {
+  if (!hw::query().cuda.empty()) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_AG_ERROR(AutocastGuard(kCUDA, kFloat16), "[AutocastGuard] float16 is unsupported on cuda");
+  // an emulated dtype runs: float16 on this CPU (no AVX512-FP16) or native where it exists
+  AutocastGuard ok(kCPU, kFloat16);
+  EXPECT_EQ(linear(ones({2, 2}), ones({2, 2})).dtype(), kFloat16);
+}
+
+TEST(Autocast, GradientsOfFloat32ParametersComeBackFloat32) {
+  manual_seed(1);
+  Tensor w = randn({3, 5}).requires_grad_(), b = randn({3}).requires_grad_();
+  Tensor x = randn({4, 5});
+  Tensor y = from_vector<int64_t>({0, 2, 1, 2}, {4});
+  Tensor loss;
+  {
+    AutocastGuard g(kCPU, kBFloat16);
+    loss = cross_entropy(linear(x, w, b), y);
+  }
+  loss.backward();
+  EXPECT_EQ(w.grad().dtype(), kFloat32);
+  EXPECT_EQ(b.grad().dtype(), kFloat32);
+  Tensor w2 = w.detach().requires_grad_(), b2 = b.detach().requires_grad_();
+  cross_entropy(linear(x, w2, b2), y).backward();
+  EXPECT_TRUE(agt::allclose(w.grad(), w2.grad(), 0.05, 0.02));  // bf16 forward vs fp32 forward
+  // the cast is part of the graph
+  EXPECT_NE(loss.grad_fn(), nullptr);
+}
+
+TEST(AutocastCache, SameParameterSameCastWithinTheRegion) {
+  Tensor w = randn({4, 4}).requires_grad_();
+  Tensor plain = randn({4, 4});
+  Tensor x = randn({2, 4});
+  {
+    AutocastGuard g(kCPU, kBFloat16);
+    EXPECT_EQ(autocast::cache_size(), 0u);
+    Tensor y1 = linear(x, w), y2 = linear(x * 2.0f, w);
+    EXPECT_EQ(autocast::cache_size(), 1u);  // w cast once; x (no grad) never cached
+    auto c1 = autocast::cast_inputs("linear", {x, w});
+    auto c2 = autocast::cast_inputs("linear", {x, w});
+    EXPECT_EQ(c1[1].unsafe_impl(), c2[1].unsafe_impl());  // same half tensor
+    EXPECT_NE(c1[0].unsafe_impl(), c2[0].unsafe_impl());  // not cached
+    linear(x, plain);
+    linear(x, w * 1.0f);  // a non-leaf
+    linear(x, w.narrow(0, 0, 2));  // a view
+    EXPECT_EQ(autocast::cache_size(), 1u);
+    {
+      AutocastGuard off(kCPU, false);  // an inner disabled region keeps the cache
+    }
+    EXPECT_EQ(autocast::cache_size(), 1u);
+    {
+      NoGradGuard ng;
+      w.mul_(1.5f);  // in place: a new version, so a new cast
+    }
+    auto c3 = autocast::cast_inputs("linear", {x, w});
+    EXPECT_NE(c3[1].unsafe_impl(), c1[1].unsafe_impl());
+    EXPECT_TRUE(agt::allclose(c3[1], w.detach() , 1.0 / 128, 0));
+  }
+  EXPECT_EQ(autocast::cache_size(), 0u);  // emptied when the outermost region exits
+}
+
+// PyTorch issues 65766 and 112583: a first pass under no_grad must not poison a later
+// pass with grad.
+TEST(AutocastCache, NoGradFirstPassDoesNotPoisonALaterGradPass) {
+  Tensor w = randn({3, 4}).requires_grad_();
+  Tensor x = randn({2, 4});
+  AutocastGuard g(kCPU, kBFloat16);
+  {
+    NoGradGuard ng;
+    Tensor y = linear(x, w);
+    EXPECT_FALSE(y.requires_grad());
+  }
+  Tensor y = linear(x, w);
+  EXPECT_TRUE(y.requires_grad());
+  y.sum().backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().dtype(), kFloat32);
+  EXPECT_GT(norm(w.grad()).item<double>(), 0.0);
+}
