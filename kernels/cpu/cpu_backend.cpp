@@ -1,6 +1,6 @@
 // CPU memory, copies and fills, and the backend object.
 //
-// Allocation caches freed blocks of 1 MiB and more (up to kMaxCached bytes in all), keyed
+// Allocation caches freed blocks of 64 KiB and more (up to kMaxCached bytes in all), keyed
 // by their page-rounded size: a training step frees and reallocates the same large
 // buffers every iteration, and fresh pages from the OS cost a page fault each, which
 // would otherwise dominate memory-bound ops.
@@ -17,7 +17,7 @@ namespace ampgrad::cpu {
 namespace {
 
 constexpr size_t kAlign = 64;
-constexpr size_t kCacheMin = size_t(1) << 20;
+constexpr size_t kCacheMin = size_t(64) << 10;
 constexpr size_t kMaxCached = size_t(2) << 30;
 constexpr size_t kPage = 4096;
 
