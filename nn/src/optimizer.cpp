@@ -135,19 +135,13 @@ SGD::SGD(std::vector<ParamGroup> groups) {
 void SGD::step() {
   NoGradGuard ng;
   ++steps_;
-  for (size_t g = 0; g < groups_.size(); ++g) {
+  for_each_param_with_grad([&](size_t g, const Tensor& p, const Tensor& grad, ParamState& s) {
     const auto& o = options_[g];
-    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
-      const Tensor& p = groups_[g].params[j];
-      const Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      auto& s = state(g, j);
-      const bool first = o.momentum != 0 && !s.buf1.defined();
-      if (o.momentum != 0 && first) s.buf1 = zeros(p.sizes().vec(), TensorOptions(kFloat32).device(p.device()));
-      SgdStep st{groups_[g].lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first};
-      backend(p.device(), "SGD").sgd_step(p, grad.contiguous(), s.buf1, master_for(s, p, o.master_weights), st);
-    }
-  }
+    const bool first = o.momentum != 0 && !s.buf1.defined();
+    if (first) s.buf1 = zeros(p.sizes().vec(), TensorOptions(kFloat32).device(p.device()));
+    SgdStep st{groups_[g].lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first};
+    backend(p.device(), "SGD").sgd_step(p, grad.contiguous(), s.buf1, master_for(s, p, o.master_weights), st);
+  });
 }
 
 // ---- Adam and AdamW ---------------------------------------------------------------------------
@@ -184,23 +178,17 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Adam(true) {
 void Adam::step() {
   NoGradGuard ng;
   ++steps_;
-  for (size_t g = 0; g < groups_.size(); ++g) {
+  for_each_param_with_grad([&](size_t g, const Tensor& p, const Tensor& grad, ParamState& s) {
     const auto& o = options_[g];
-    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
-      const Tensor& p = groups_[g].params[j];
-      const Tensor grad = p.grad();
-      if (!grad.defined()) continue;
-      auto& s = state(g, j);
-      if (!s.buf1.defined()) {
-        const auto opts = TensorOptions(kFloat32).device(p.device());
-        s.buf1 = zeros(p.sizes().vec(), opts);
-        s.buf2 = zeros(p.sizes().vec(), opts);
-      }
-      AdamStep st{groups_[g].lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_, ++s.step};
-      backend(p.device(), decoupled_ ? "AdamW" : "Adam")
-          .adam_step(p, grad.contiguous(), s.buf1, s.buf2, master_for(s, p, o.master_weights), st);
+    if (!s.buf1.defined()) {
+      const auto opts = TensorOptions(kFloat32).device(p.device());
+      s.buf1 = zeros(p.sizes().vec(), opts);
+      s.buf2 = zeros(p.sizes().vec(), opts);
     }
-  }
+    AdamStep st{groups_[g].lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_, ++s.step};
+    backend(p.device(), decoupled_ ? "AdamW" : "Adam")
+        .adam_step(p, grad.contiguous(), s.buf1, s.buf2, master_for(s, p, o.master_weights), st);
+  });
 }
 
 }  // namespace ampgrad::optim

@@ -12,53 +12,20 @@
 
 using namespace ag;
 namespace fs = std::filesystem;
-using Bytes = std::vector<unsigned char>;
+
+using agt::Bytes;
+using agt::TempDir;
+using agt::error_of;
+using agt::read_bytes;
+using agt::write_bytes;
+constexpr auto has = agt::contains;
 
 namespace {
 
-// A fresh directory under the test temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(::testing::TempDir()) /
-            ("ampgrad_" + std::string(info ? info->name() : "test") + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
 
- private:
-  fs::path path_;
-};
 
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
-}
 
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 // A gzip file holding `data` in one stored (uncompressed) deflate block, so that tests can
 // put any bytes inside a valid gzip stream without linking zlib (RFC 1951 and 1952).

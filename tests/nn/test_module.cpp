@@ -9,6 +9,9 @@
 using namespace ag;
 using Names = std::vector<std::string>;
 
+using agt::contains;
+using agt::error_of;
+
 namespace {
 
 Names names_of(const std::vector<std::pair<std::string, Tensor>>& v) {
@@ -39,16 +42,7 @@ nn::GPTConfig tiny_gpt() {
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 }  // namespace
 

@@ -1,6 +1,12 @@
 #include "support/testing.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 namespace agt {
@@ -116,6 +122,49 @@ ag::Tensor non_contiguous(const ag::Tensor& t) {
   ag::Tensor c = t.detach().transpose(0, n - 1).contiguous().transpose(0, n - 1);
   if (t.requires_grad()) c.requires_grad_(true);
   return c;
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  path_ = std::filesystem::path(::testing::TempDir()) /
+          ("ampgrad_" + std::string(info ? info->name() : "test") + "_" + std::to_string(::getpid()) + "_" +
+           std::to_string(counter++));
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string TempDir::file(const std::string& name) const { return (path_ / name).string(); }
+
+std::vector<std::string> TempDir::listing() const {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(path_)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write_bytes(const std::string& path, const Bytes& b) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+
+Bytes read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ag::Error& e) {
+    return e.what();
+  }
+  return "<no error>";
 }
 
 ag::Tensor rand64(const std::vector<int64_t>& shape, double lo, double hi, bool requires_grad) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -39,6 +40,31 @@ inline ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tens
 /// A tensor with t's values whose strides are not contiguous (a transposed copy viewed
 /// back), for testing that ops handle any layout. t must have at least 2 dims.
 ag::Tensor non_contiguous(const ag::Tensor& t);
+
+using Bytes = std::vector<unsigned char>;
+
+/// A fresh directory under GoogleTest's temp dir, named after the running test, removed
+/// with everything in it when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const;
+  const std::filesystem::path& path() const { return path_; }
+  /// File names in the directory, sorted.
+  std::vector<std::string> listing() const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_bytes(const std::string& path, const Bytes& b);
+Bytes read_bytes(const std::string& path);
+/// The message of the ag::Error that f throws, or "<no error>".
+std::string error_of(const std::function<void()>& f);
+inline bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 /// float64 tensor of the given shape, uniform in [lo, hi), requiring grad.
 ag::Tensor rand64(const std::vector<int64_t>& shape, double lo = -1, double hi = 1,

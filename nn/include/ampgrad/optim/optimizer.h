@@ -58,6 +58,16 @@ class Optimizer {
   void add_group(std::vector<Tensor> params, double lr, const char* who);
   /// State of parameter j of group g, created on first use.
   ParamState& state(size_t g, size_t j);
+  /// Calls f(group, param, grad, state) for every parameter that has a gradient.
+  template <class F>
+  void for_each_param_with_grad(F&& f) {
+    for (size_t g = 0; g < groups_.size(); ++g)
+      for (size_t j = 0; j < groups_[g].params.size(); ++j) {
+        const Tensor& p = groups_[g].params[j];
+        const Tensor grad = p.grad();
+        if (grad.defined()) f(g, p, grad, state(g, j));
+      }
+  }
   /// The float32 copy to update, or undefined when the parameter itself is updated.
   Tensor master_for(ParamState& s, const Tensor& param, bool master_weights);
 
