@@ -48,6 +48,7 @@ struct Options {
   std::string save, resume, json;
   std::string precision = "32-true";
   std::string accelerator = "auto";
+  std::string schedule = "cosine";
   bool quiet = false;
   // gpt
   int64_t layers = 2, heads = 4, width = 128, block_size = 64, steps_per_epoch = 200, sample_len = 200;
@@ -124,6 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--resume", o.resume, "continue from this checkpoint");
   app.add_option("--precision", o.precision, "32-true (mixed precision arrives with the Lite wrappers)");
   app.add_option("--accelerator", o.accelerator, "cpu or auto");
+  app.add_option("--schedule", o.schedule, "learning rate over the run: cosine (decays to 0 by the last step) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_flag("--quiet", o.quiet, "print only the summary");
   app.add_option("--json", o.json, "write per-epoch figures to this file");
   app.add_option("--layers", o.layers, "gpt: transformer blocks")->check(CLI::PositiveNumber);
@@ -172,10 +175,16 @@ int main(int argc, char** argv) {
                     (long long)test->size());
     }
     if (!o.quiet)
-      std::printf("model    : %s, %s parameters; AdamW lr %g, batch %lld, seed %llu\n\n", o.model.c_str(),
-                  fmt_count(double(model->num_parameters())).c_str(), o.lr, (long long)o.batch_size,
+      std::printf("model    : %s, %s parameters; AdamW lr %g (%s), batch %lld, seed %llu\n\n", o.model.c_str(),
+                  fmt_count(double(model->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
                   (unsigned long long)o.seed);
     ag::optim::AdamW opt(model->parameters(), {.lr = o.lr});
+    const int64_t steps_per_epoch =
+        gpt ? o.steps_per_epoch : (train->size() + o.batch_size - 1) / o.batch_size;
+    // The schedule is a function of the global step, so a resumed run continues the curve.
+    const auto schedule = o.schedule == "cosine"
+                              ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch * o.epochs)})
+                              : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0});
 
     int start_epoch = 0;
     double best = 0;
@@ -200,6 +209,7 @@ int main(int argc, char** argv) {
     nlohmann::json log = nlohmann::json::array();
     const auto t_all = Clock::now();
     double total_samples = 0, total_train_time = 0;
+    int64_t global_step = int64_t(start_epoch) * steps_per_epoch;
     for (int epoch = start_epoch + 1; epoch <= o.epochs; ++epoch) {
       model->train();
       const auto t0 = Clock::now();
@@ -215,6 +225,7 @@ int main(int argc, char** argv) {
           ag::Tensor loss = ag::cross_entropy(logits.view({-1, V}), b.target.view({-1}));
           opt.zero_grad();
           loss.backward();
+          opt.set_lr(schedule->lr(global_step++, o.lr));
           opt.step();
           loss_sum += loss.item<double>();
           ++batches;
@@ -229,6 +240,7 @@ int main(int argc, char** argv) {
           ag::Tensor loss = ag::cross_entropy(model->forward(b.input), b.target);
           opt.zero_grad();
           loss.backward();
+          opt.set_lr(schedule->lr(global_step++, o.lr));
           opt.step();
           loss_sum += loss.item<double>();
           ++batches;
