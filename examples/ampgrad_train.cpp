@@ -215,6 +215,16 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       double loss_sum = 0;
       int64_t batches = 0, samples = 0;
+      // One optimisation step on a batch's loss; both loops below share it.
+      auto train_on = [&](const ag::Tensor& loss, int64_t batch_samples) {
+        opt.zero_grad();
+        loss.backward();
+        opt.set_lr(schedule->lr(global_step++, o.lr));
+        opt.step();
+        loss_sum += loss.item<double>();
+        ++batches;
+        samples += batch_samples;
+      };
       if (gpt) {
         Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet);
         for (int64_t step = 0; step < o.steps_per_epoch; ++step) {
@@ -222,14 +232,7 @@ int main(int argc, char** argv) {
           auto b = text->get_batch(idx);
           ag::Tensor logits = model->forward(b.input);
           const int64_t V = text->vocab_size();
-          ag::Tensor loss = ag::cross_entropy(logits.view({-1, V}), b.target.view({-1}));
-          opt.zero_grad();
-          loss.backward();
-          opt.set_lr(schedule->lr(global_step++, o.lr));
-          opt.step();
-          loss_sum += loss.item<double>();
-          ++batches;
-          samples += o.batch_size * o.block_size;
+          train_on(ag::cross_entropy(logits.view({-1, V}), b.target.view({-1})), o.batch_size * o.block_size);
           bar.update(step + 1, samples, loss_sum / double(batches));
         }
         bar.update(o.steps_per_epoch, samples, loss_sum / double(batches), true);
@@ -237,14 +240,7 @@ int main(int argc, char** argv) {
         ag::data::DataLoader loader(train, {.batch_size = o.batch_size, .shuffle = true});
         Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet);
         for (const auto& b : loader) {
-          ag::Tensor loss = ag::cross_entropy(model->forward(b.input), b.target);
-          opt.zero_grad();
-          loss.backward();
-          opt.set_lr(schedule->lr(global_step++, o.lr));
-          opt.step();
-          loss_sum += loss.item<double>();
-          ++batches;
-          samples += b.input.size(0);
+          train_on(ag::cross_entropy(model->forward(b.input), b.target), b.input.size(0));
           bar.update(batches, samples, loss_sum / double(batches));
         }
         bar.update(loader.num_batches(), samples, loss_sum / double(batches), true);
