@@ -83,7 +83,7 @@ void FunctionNode::release() {
 }
 
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
-  input_meta.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device()});
+  input_meta.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device(), std::nullopt});
 }
 
 TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
@@ -134,15 +134,26 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
-void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn) {
-  if (!any_requires_grad(inputs)) return;
+DType gradient_dtype(const Tensor& t) {
+  const TensorImpl* impl = t.unsafe_impl();
+  if (!is_reduced_floating(t.dtype()) || !impl->autograd) return t.dtype();
+  const Node* fn = impl->autograd->grad_fn.get();
+  if (fn && fn->cast_output && fn->input_meta.size() == 1 && fn->input_meta[0].dtype == kFloat32)
+    return kFloat32;
+  return t.dtype();
+}
+
+std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+                             BackwardFn fn) {
+  if (!any_requires_grad(inputs)) return nullptr;
   auto node = std::make_shared<FunctionNode>(backward_name(name), std::move(fn));
   node->next_edges.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());
   for (const Tensor& in : inputs) {
     if (in.defined() && in.requires_grad()) {
       node->next_edges.push_back(gradient_edge(in));
-      node->input_meta.push_back({in.sizes(), in.dtype(), in.device()});
+      node->input_meta.push_back({in.sizes(), in.dtype(), in.device(), std::nullopt});
+      if (const DType wide = gradient_dtype(in); wide != in.dtype()) node->input_meta.back().wide_dtype = wide;
     } else {
       node->next_edges.push_back({});
       node->input_meta.push_back({});
@@ -154,6 +165,7 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
     m.grad_fn = node;
     m.output_nr = uint32_t(i);
   }
+  return node;
 }
 
 Tensor sum_to(const Tensor& g, const Shape& shape) {
@@ -185,7 +197,7 @@ Tensor fit_gradient(const Node& node, size_t i, Tensor g) {
       throw Error(os.str());
     }
   }
-  if (g.dtype() != meta.dtype) g = g.to(meta.dtype);
+  if (g.dtype() != meta.dtype && g.dtype() != meta.wide_dtype) g = g.to(meta.dtype);
   return g;
 }
 
@@ -258,6 +270,8 @@ void run_backward(const TensorList& roots, const TensorList& grad_roots, bool re
     grads.resize(node->num_outputs);
     for (auto& [nr, hook] : node->pre_hooks) {
       if (nr < grads.size() && grads[nr].defined()) {
+        if (node->cast_output && grads[nr].dtype() != *node->cast_output)
+          grads[nr] = grads[nr].to(*node->cast_output);  // hooks see the cast's own dtype
         Tensor r = hook(grads[nr]);
         if (r.defined()) grads[nr] = std::move(r);
       }

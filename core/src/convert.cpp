@@ -29,6 +29,7 @@ void convert_portable(const Src* src, Dst* dst, size_t n) {
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 // Target attributes instead of -m flags: the rest of the library stays
@@ -37,19 +38,37 @@ void convert_portable(const Src* src, Dst* dst, size_t n) {
 #define AG_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define AG_TARGET_F16C __attribute__((target("avx,f16c")))
 
-// Lanes [0, min(rest, 16)) set. One masked loop covers both body and tail;
-// masked loads never fault on disabled lanes, so reading past n is safe.
+// Lanes [0, min(rest, 16)) set. Masked loads never fault on disabled lanes,
+// so a tail may be read past n.
 inline __mmask16 lane_mask16(size_t rest) {
   return rest >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rest) - 1u);
 }
 
+// Runs body(i, mask, full) over blocks of 16 elements: full blocks with
+// full = true, then at most one masked tail. The narrowing conversions store
+// full blocks unmasked: masked 16-bit stores are several times slower than
+// plain ones on some cores (AMD Zen 4), while the masked 32-bit stores of the
+// widening loops measured as fast as plain ones, so those keep one loop.
+template <class Body>
+inline void for_blocks16(size_t n, Body&& body) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) body(i, __mmask16(0xFFFF), std::true_type{});
+  if (i < n) body(i, lane_mask16(n - i), std::false_type{});
+}
+
+AG_TARGET_AVX512 inline __m512 load16_ps(const float* p, __mmask16 m, bool full) {
+  return full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+}
+AG_TARGET_AVX512 inline void store16_epi16(void* p, __mmask16 m, bool full, __m256i v) {
+  if (full) _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+  else _mm256_mask_storeu_epi16(p, m, v);
+}
+
 AG_TARGET_AVX512 void f32_to_f16_avx512(const float* src, Half* dst, size_t n) {
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lane_mask16(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
-    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm256_mask_storeu_epi16(dst + i, m, h);
-  }
+  for_blocks16(n, [&](size_t i, __mmask16 m, auto full) AG_TARGET_AVX512 {
+    const __m512 v = load16_ps(src + i, m, full);
+    store16_epi16(dst + i, m, full, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  });
 }
 
 AG_TARGET_AVX512 void f16_to_f32_avx512(const Half* src, float* dst, size_t n) {
@@ -65,9 +84,8 @@ AG_TARGET_AVX512_BF16 void f32_to_bf16_avx512(const float* src, BFloat16* dst, s
   const __m512i abs_bits = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i one = _mm512_set1_epi32(1);
   const __m512i bias = _mm512_set1_epi32(0x7FFF);
-  for (size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lane_mask16(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(m, src + i);
+  for_blocks16(n, [&](size_t i, __mmask16 m, auto full) AG_TARGET_AVX512_BF16 {
+    const __m512 v = load16_ps(src + i, m, full);
     __m256i r = (__m256i)_mm512_cvtneps_pbh(v);
     // VCVTNEPS2BF16 treats fp32 subnormals as (signed) zero regardless of
     // MXCSR; redo those lanes with integer RNE, which is what the scalar path
@@ -79,8 +97,8 @@ AG_TARGET_AVX512_BF16 void f32_to_bf16_avx512(const float* src, BFloat16* dst, s
       const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, lsb)), 16);
       r = _mm256_mask_mov_epi16(r, sub, _mm512_cvtepi32_epi16(rounded));
     }
-    _mm256_mask_storeu_epi16(dst + i, m, r);
-  }
+    store16_epi16(dst + i, m, full, r);
+  });
 }
 
 AG_TARGET_AVX512 void bf16_to_f32_avx512(const BFloat16* src, float* dst, size_t n) {

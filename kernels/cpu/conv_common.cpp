@@ -157,10 +157,11 @@ void gemm_batched(const MatmulGeom& g, const T* a, const T* w, T* c, const T* bi
 // out = a @ w (+ bias) for 3-D a, w; float16/bfloat16 through float32 buffers.
 void gemm_any(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out) {
   if (out.numel() == 0) return;
-  if (is_reduced_floating(out.dtype())) {
-    Tensor of = make_tensor(out.sizes(), kFloat32, out.device());
+  if (is_reduced_floating(a0.dtype())) {  // out is a0's dtype or float32
+    const bool direct = out.dtype() == kFloat32;
+    Tensor of = direct ? out : make_tensor(out.sizes(), kFloat32, out.device());
     gemm_any(float_copy(a0), float_copy(w0), to_float(bias), of);
-    cpu_backend().copy(of, out);
+    if (!direct) cpu_backend().copy(of, out);
     return;
   }
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);

@@ -34,12 +34,13 @@ memory::desc operand_md(bool batched, int64_t B, int64_t R, int64_t C, const Mat
                    : memory::desc({B, R, C}, t, {L.bs, L.rs, L.cs});
 }
 
-std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, bool bias) {
+// t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands).
+std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias) {
   const bool batched = g.B > 1;
   const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
   const memory::desc w = operand_md(batched, g.B, g.K, g.N, g.w, t);
-  const memory::desc d = batched ? memory::desc({g.B, g.M, g.N}, t, {g.M * g.N, g.N, 1})
-                                 : memory::desc({g.M, g.N}, t, {g.N, 1});
+  const memory::desc d = batched ? memory::desc({g.B, g.M, g.N}, td, {g.M * g.N, g.N, 1})
+                                 : memory::desc({g.M, g.N}, td, {g.N, 1});
   const memory::desc b = batched ? memory::desc({1, 1, g.N}, t, {g.N, g.N, 1})
                                  : memory::desc({1, g.N}, t, {g.N, 1});
   try {
@@ -58,22 +59,23 @@ std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, bool bias) {
 
 void run(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out, const char* op);
 
-// The same product on float32 copies, rounded once into out.
+// The same product on float32 copies, rounded once into out (written directly when float32).
 void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, const char* op) {
-  Tensor of = make_tensor(out.sizes(), kFloat32, out.device());
+  const bool direct = out.dtype() == kFloat32;
+  Tensor of = direct ? out : make_tensor(out.sizes(), kFloat32, out.device());
   Tensor bf;
   if (bias.defined()) {
     bf = make_tensor(bias.sizes(), kFloat32, bias.device());
     cpu_backend().copy(bias, bf);
   }
   run(float_copy(a), float_copy(w), bf, of, op);
-  cpu_backend().copy(of, out);
+  if (!direct) cpu_backend().copy(of, out);
 }
 
 // out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]).
 void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op) {
   if (out.numel() == 0) return;
-  const DType dtype = out.dtype();
+  const DType dtype = a0.dtype();
   if (dtype == kFloat64) return eigen_matmul(a0, w0, out, bias0);
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
   const Tensor bias = bias0.defined() ? detail::contiguous_raw(bias0) : bias0;
@@ -84,10 +86,10 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
     return;
   }
   Key key;
-  key << 1 << int64_t(dtype) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
+  key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
       << g.w.rs << g.w.cs << bias.defined();
   std::shared_ptr<Prim> prim =
-      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), bias.defined()); }); });
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined()); }); });
   if (!prim->ok()) {
     if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op);
     return eigen_matmul(a, w, out, bias);  // float32 that oneDNN only has a reference kernel for

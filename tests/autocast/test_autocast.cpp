@@ -214,3 +214,66 @@ TEST(AutocastCache, NoGradFirstPassDoesNotPoisonALaterGradPass) {
   EXPECT_EQ(w.grad().dtype(), kFloat32);
   EXPECT_GT(norm(w.grad()).item<double>(), 0.0);
 }
+
+// A float32 weight cast to bfloat16 by autocast gets its gradient straight from a float32
+// product of the 16-bit operands: no rounding to bfloat16 and widening again.
+TEST(AutocastWideGrad, WeightGradientOfACastIsComputedInFloat32) {
+  for (DType dt : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(3);
+    Tensor w = randn({64, 96}).requires_grad_(), b = randn({64}).requires_grad_();
+    Tensor x = randn({32, 96});
+    Tensor y16;
+    {
+      AutocastGuard g(kCPU, dt);
+      y16 = linear(x, w, b);
+      EXPECT_EQ(gradient_dtype(autocast::cast_inputs("linear", {x, w})[1]), kFloat32);
+    }
+    ASSERT_EQ(y16.dtype(), dt);
+    Tensor gy = randn({32, 64}).to(dt);
+    y16.backward(gy);
+    ASSERT_EQ(w.grad().dtype(), kFloat32);
+    // Reference: the same 16-bit operands multiplied in double.
+    Tensor ref = matmul(transpose(gy.to(kFloat64), 0, 1), x.to(dt).to(kFloat64));
+    EXPECT_TRUE(agt::allclose(w.grad(), ref.to(kFloat32), 1e-5, 1e-5));
+    // Rounded to 16 bits it would lose most of these bits.
+    Tensor rounded = w.grad().to(dt).to(kFloat32);
+    EXPECT_GT(max(abs(w.grad() - rounded)).item<double>(), 1e-3);
+  }
+}
+
+TEST(AutocastWideGrad, GradientDtypeOnlyWidensCastsOfFloat32) {
+  Tensor w = randn({4, 4}).requires_grad_();
+  EXPECT_EQ(gradient_dtype(w), kFloat32);
+  EXPECT_EQ(gradient_dtype(w.to(kBFloat16)), kFloat32);
+  EXPECT_EQ(gradient_dtype(w.to(kFloat16)), kFloat32);
+  EXPECT_EQ(gradient_dtype(w.to(kBFloat16) * 2.0f), kBFloat16);  // not a cast
+  EXPECT_EQ(gradient_dtype(w.to(kFloat64).to(kBFloat16)), kBFloat16);  // cast of float64
+  Tensor leaf16 = randn({4, 4}).to(kBFloat16).requires_grad_();
+  EXPECT_EQ(gradient_dtype(leaf16), kBFloat16);
+  NoGradGuard ng;
+  EXPECT_EQ(gradient_dtype(w.to(kBFloat16)), kBFloat16);  // no graph, nothing to widen
+}
+
+TEST(AutocastWideGrad, MatmulOfACastWidensAndHooksStillSeeTheCastDtype) {
+  manual_seed(4);
+  Tensor w = randn({8, 5}).requires_grad_();
+  Tensor a = randn({3, 6, 8}).to(kBFloat16);  // batched left operand, 2-D right one
+  Tensor ref = matmul(transpose(a.to(kFloat64).reshape({18, 8}), 0, 1),
+                      ones({18, 5}, TensorOptions().dtype(kFloat64))).to(kFloat32);
+  matmul(a, w.to(kBFloat16)).sum().backward();
+  ASSERT_EQ(w.grad().dtype(), kFloat32);
+  EXPECT_TRUE(agt::allclose(w.grad(), ref, 1e-5, 1e-5));
+
+  // A hook on the cast sees (and passes on) the gradient in the cast's dtype.
+  w.set_grad(Tensor());
+  Tensor w16 = w.to(kBFloat16);
+  DType seen = kFloat64;
+  w16.register_hook([&](const Tensor& g) {
+    seen = g.dtype();
+    return Tensor();
+  });
+  matmul(a, w16).sum().backward();
+  EXPECT_EQ(seen, kBFloat16);
+  EXPECT_TRUE(agt::allclose(w.grad(), ref.to(kBFloat16).to(kFloat32), 0, 0));
+}

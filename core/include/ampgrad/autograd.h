@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ struct InputMeta {
   Shape sizes;
   DType dtype = kFloat32;
   Device device;
+  /// A second dtype the gradient may arrive in unchanged (see gradient_dtype); any other
+  /// dtype is cast to `dtype`.
+  std::optional<DType> wide_dtype;
 };
 
 struct Node {
@@ -84,6 +88,9 @@ struct Node {
   uint64_t sequence_nr = 0;
   /// Hooks registered on non-leaf outputs: (output_nr, hook), run before apply.
   std::vector<std::pair<uint32_t, GradHook>> pre_hooks;
+  /// Set on the node of a dtype cast (`to`): the dtype it casts to. Its incoming gradient
+  /// may be wider (see gradient_dtype); hooks still see it in this dtype.
+  std::optional<DType> cast_output;
 };
 
 /// Which inputs of a node need a gradient; lets a backward formula skip work.
@@ -146,7 +153,17 @@ bool any_requires_grad(const TensorList& inputs);
 /// Records `fn` as the node producing `outputs` from `inputs`. `name` is the forward op's
 /// name ("mul"); the node is called "MulBackward". Inputs that do not require grad get no
 /// edge. No-op when grad mode is off or no input requires grad.
-void record(const char* name, const TensorList& inputs, const TensorList& outputs, BackwardFn fn);
+/// Returns the node, or null when nothing was recorded.
+std::shared_ptr<Node> record(const char* name, const TensorList& inputs, const TensorList& outputs,
+                             BackwardFn fn);
+
+/// The dtype in which a backward formula may return the gradient for input `t`. Usually
+/// t.dtype(). For a float16/bfloat16 tensor that is a cast of a float32 one (what autocast
+/// makes of a float32 weight), float32: the cast's backward would widen the gradient to
+/// float32 anyway, so a formula that can produce it in float32 directly (a matmul writing
+/// a float32 result from 16-bit operands) skips rounding to 16 bits and widening again,
+/// and the gradient keeps float32 precision. Formulas that cannot simply return t.dtype().
+DType gradient_dtype(const Tensor& t);
 
 /// The edge through which a gradient reaches `t` (its grad_fn, or its leaf accumulator).
 Edge gradient_edge(const Tensor& t);

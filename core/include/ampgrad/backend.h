@@ -105,7 +105,9 @@ class Backend {
 
   // ---- matrix products ---------------------------------------------------------------
   /// out[b] = a[b] @ w[b]: a [B, M, K], w [B, K, N] with any strides (a batch stride may be
-  /// 0), out [B, M, N] contiguous, all one dtype; accumulation in float32.
+  /// 0), out [B, M, N] contiguous; accumulation in float32. a and w share one dtype; out has
+  /// it too, or is float32 when a and w are float16/bfloat16 (the product is then not rounded
+  /// to 16 bits: mixed-precision weight gradients, see gradient_dtype).
   virtual void matmul(const Tensor& a, const Tensor& w, const Tensor& out);
   /// out = x @ weight^T + bias: x [M, K], weight [N, K], bias [N] or undefined, out [M, N].
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);

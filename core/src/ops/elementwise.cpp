@@ -428,8 +428,10 @@ Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = make_tensor(x.sizes(), dtype, x.device());
   backend(x.device(), "to").copy(x, out);
-  if (is_floating(dtype) && any_requires_grad({&x}))
-    record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+  if (is_floating(dtype) && any_requires_grad({&x})) {
+    auto node = record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+    if (node) node->cast_output = dtype;
+  }
   return out;
 }
 

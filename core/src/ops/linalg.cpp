@@ -72,14 +72,16 @@ Tensor as_batch3(const Tensor& t, const Shape& batch, int64_t B) {
                            e.storage_offset());
 }
 
-// a [..., M, K] @ b [..., K, N], both of rank >= 2: one backend call, one node.
-Tensor matmul_nd(const Tensor& a, const Tensor& b) {
+// a [..., M, K] @ b [..., K, N], both of rank >= 2: one backend call, one node. The result
+// has the operands' dtype, or float32 (out_dtype) for 16-bit operands: backward formulas
+// use that for gradients that gradient_dtype allows to stay float32.
+Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
   AG_CHECK(b.size(-2) == K, "matmul", "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ",
            K, " != ", b.size(-2));
   Tensor out;
   if (a.dim() == 2 && b.dim() == 2) {  // the hot path: no broadcasting to work out
-    out = make_tensor({M, N}, a.dtype(), a.device());
+    out = make_tensor({M, N}, out_dtype, a.device());
     backend(a.device(), "matmul")
         .matmul(detail::make_view(a, {1, M, K}, {0, a.stride(0), a.stride(1)}, a.storage_offset()),
                 detail::make_view(b, {1, K, N}, {0, b.stride(0), b.stride(1)}, b.storage_offset()),
@@ -90,18 +92,18 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b) {
     Shape shape = batch;
     shape.push_back(M);
     shape.push_back(N);
-    out = make_tensor(shape, a.dtype(), a.device());
+    out = make_tensor(shape, out_dtype, a.device());
     backend(a.device(), "matmul")
         .matmul(as_batch3(a, batch, B), as_batch3(b, batch, B),
                 detail::make_view(out, {B, M, N}, {M * N, N, 1}, 0));
   }
   if (any_requires_grad({&a, &b}))
     record("matmul", {a, b}, {out},
-           [sa = save_if(a, b.requires_grad()), sb = save_if(b, a.requires_grad())](
-               const TensorList& g, GradMask need) -> TensorList {
+           [sa = save_if(a, b.requires_grad()), sb = save_if(b, a.requires_grad()),
+            da = gradient_dtype(a), db = gradient_dtype(b)](const TensorList& g, GradMask need) -> TensorList {
              Tensor ga, gb;
-             if (need[0]) ga = matmul(g[0], transpose(sb.get(), -1, -2));
-             if (need[1]) gb = matmul(transpose(sa.get(), -1, -2), g[0]);
+             if (need[0]) ga = matmul_nd(g[0], transpose(sb.get(), -1, -2), da);
+             if (need[1]) gb = matmul_nd(transpose(sa.get(), -1, -2), g[0], db);
              return {ga, gb};
            });
   return out;
@@ -119,11 +121,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     if (b.dim() == 2 && a.dim() > 2) {  // fold the batch into rows
       std::vector<int64_t> shape = a.sizes().vec();
       shape.back() = b.size(1);
-      return reshape(matmul_nd(reshape(a, {leading_rows(a), ka}), b), shape);
+      return reshape(matmul_nd(reshape(a, {leading_rows(a), ka}), b, a.dtype()), shape);
     }
-    return matmul_nd(a, b);
+    return matmul_nd(a, b, a.dtype());
   }
-  if (a.dim() == 1 && b.dim() == 1) return reshape(matmul_nd(view(a, {1, ka}), view(b, {ka, 1})), {});
+  if (a.dim() == 1 && b.dim() == 1) return reshape(matmul_nd(view(a, {1, ka}), view(b, {ka, 1}), a.dtype()), {});
   if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
   return squeeze(matmul(a, unsqueeze(b, 1)), -1);
 }
@@ -157,11 +159,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   backend(x.device(), "linear").linear(x2, weight, bias, out);
   if (any_requires_grad({&x2, &weight, &bias}))
     record("linear", {x2, weight, bias}, {out},
-           [sx = save_if(x2, weight.requires_grad()), sw = save_if(weight, x2.requires_grad())](
-               const TensorList& g, GradMask need) -> TensorList {
+           [sx = save_if(x2, weight.requires_grad()), sw = save_if(weight, x2.requires_grad()),
+            dx = gradient_dtype(x2), dw = gradient_dtype(weight)](const TensorList& g, GradMask need) -> TensorList {
              Tensor gx, gw, gb;
-             if (need[0]) gx = matmul(g[0], sw.get());
-             if (need[1]) gw = matmul(transpose(g[0], 0, 1), sx.get());
+             if (need[0]) gx = matmul_nd(g[0], sw.get(), dx);
+             if (need[1]) gw = matmul_nd(transpose(g[0], 0, 1), sx.get(), dw);
              if (need[2]) gb = sum(g[0], {0});
              return {gx, gw, gb};
            });
