@@ -1,17 +1,36 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/bench_train.cpp: one full fp32 training step per model.
+"""PyTorch side of bench/bench_train.cpp and bench/bench_autocast.cpp: one full training step per model.
 
-Design: the same models, shapes and step as bench_train.cpp, written with torch.nn so that
-scripts/bench-vs-torch can put the two rates side by side. A step is forward,
+Design: the same models, shapes and step as bench_train.cpp (mlp, cnn, gpt) and
+bench_autocast.cpp's amp_step (mlp1024), written with torch.nn so that scripts/bench-vs-torch
+and scripts/bench-amp-vs-peers can put the rates side by side. A step is forward,
 cross_entropy, zero_grad(set_to_none=True) (ampgrad's zero_grad drops gradients too),
 backward, AdamW step (lr 1e-3, weight_decay 0.01, torch's default implementation), on
 fixed random data made once outside the timing. Each model gets `--warmup` untimed steps,
 then `--repeats` timed runs of at least `--min-time` seconds each; the median rate is
 reported. Threads: torch.set_num_threads(--threads). Prints one JSON object on stdout,
-{model: samples_per_s} (tokens/s for gpt); version, threads and BLAS go to stderr.
-Runs on torch 1.13 (Debian's python3-torch) and newer; needs nothing but torch.
+{model: samples_per_s} (tokens/s for gpt); version, threads and BLAS go to stderr (a line
+starting "torch "), then the runner and precision (a line starting "runner: ").
+
+Models: mlp (784-512-256-10) and cnn on [128, 1, 28, 28], gpt on 32 x 64 tokens (the
+default set, as before), and mlp1024 (784-1024-1024-10, batch 256, input [256, 784]; ask for
+it with --models).
+--precision 32-true (default: plain float32, the old behaviour) or bf16-mixed (CPU
+autocast: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16); zero_grad,
+backward and the optimizer step outside it, parameters and AdamW state float32).
+--runner torch (default: the loop above) or fabric: the same loop through Lightning Fabric,
+Fabric(accelerator="cpu", devices=1, precision=--precision), fabric.launch(),
+model, opt = fabric.setup(model, opt), fabric.backward(loss); Fabric autocasts the model's
+forward itself (and returns its output as float32) and the loss is computed outside that,
+as a Fabric user writes it. Imports lightning.fabric (`pip install lightning`) or
+lightning_fabric (`pip install lightning-fabric`), whichever is there; see
+scripts/install-bench-peers for a Fabric that works with Debian's torch 1.13.
+--check: only import what --runner needs, print the versions on stderr and exit (status 2,
+with the reason on stderr, when the runner cannot be used).
+Runs on torch 1.13 (Debian's python3-torch) and newer; the torch runner needs nothing but torch.
 """
 import argparse
+import importlib
 import json
 import math
 import os
@@ -25,6 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 IMAGE_BATCH = 128
+MLP1024_BATCH = 256
 GPT_BATCH = 32
 GPT = dict(vocab_size=96, block_size=64, layers=2, heads=4, width=128)
 
@@ -32,6 +52,10 @@ GPT = dict(vocab_size=96, block_size=64, layers=2, heads=4, width=128)
 def make_mlp():
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
                          nn.Linear(256, 10))
+
+
+def make_mlp1024():
+    return nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
 def make_cnn():
@@ -88,8 +112,29 @@ class GPTModel(nn.Module):
         return self.head(self.ln_f(self.blocks(h)))
 
 
-def make_case(name):
-    """(model, step function, items per step)."""
+def import_fabric():
+    """(Fabric class, "module version"), from lightning.fabric or lightning_fabric; raises
+    RuntimeError naming why neither can be used."""
+    why = []
+    for module in ("lightning.fabric", "lightning_fabric"):
+        try:
+            mod = importlib.import_module(module)
+            Fabric = mod.Fabric
+        except ModuleNotFoundError as e:
+            why.append(f"{module}: {e}")
+            continue
+        except Exception as e:  # installed, but breaks on this torch
+            why.append(f"{module}: {type(e).__name__}: {e}")
+            continue
+        version = getattr(mod, "__version__", None) or getattr(sys.modules.get(module.split(".")[0]), "__version__", "?")
+        return Fabric, f"{module} {version}"
+    raise RuntimeError("Lightning Fabric cannot be used (" + "; ".join(why) + "); install it with "
+                       "scripts/install-bench-peers and put build/bench-peers on PYTHONPATH, or "
+                       "`pip install lightning` where torch comes from pip")
+
+
+def make_case(name, precision="32-true", fabric=None):
+    """(step function, items per step). fabric: a Fabric object to run the step through, or None."""
     torch.manual_seed(0)
     if name in ("mlp", "cnn"):
         model = make_mlp() if name == "mlp" else make_cnn()
@@ -97,6 +142,12 @@ def make_case(name):
         y = torch.randint(0, 10, (IMAGE_BATCH,))
         forward_loss = lambda: F.cross_entropy(model(x), y)
         items = IMAGE_BATCH
+    elif name == "mlp1024":
+        model = make_mlp1024()
+        x = torch.randn(MLP1024_BATCH, 784)
+        y = torch.randint(0, 10, (MLP1024_BATCH,))
+        forward_loss = lambda: F.cross_entropy(model(x), y)
+        items = MLP1024_BATCH
     elif name == "gpt":
         model = GPTModel(**GPT)
         V, T = GPT["vocab_size"], GPT["block_size"]
@@ -105,16 +156,36 @@ def make_case(name):
         forward_loss = lambda: F.cross_entropy(model(idx).view(-1, V), target.view(-1))
         items = GPT_BATCH * T
     else:
-        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt)")
+        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, mlp1024)")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
-    def step():
-        loss = forward_loss()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+    if fabric is not None:
+        # The lambdas above look `model` up when called, so they run the wrapped module,
+        # whose forward Fabric puts under its precision's autocast.
+        model, opt = fabric.setup(model, opt)
+
+        def step():
+            loss = forward_loss()
+            opt.zero_grad(set_to_none=True)
+            fabric.backward(loss)
+            opt.step()
+            return loss
+    elif precision == "bf16-mixed":
+        def step():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = forward_loss()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
+    else:
+        def step():
+            loss = forward_loss()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
 
     return step, items
 
@@ -162,18 +233,38 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: leave torch's)")
-    ap.add_argument("--models", default="mlp,cnn,gpt", help="comma-separated subset of mlp,cnn,gpt")
+    ap.add_argument("--models", default="mlp,cnn,gpt", help="comma-separated subset of mlp,cnn,gpt,mlp1024")
+    ap.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true",
+                    help="32-true: float32 (default); bf16-mixed: CPU bfloat16 autocast for forward and loss")
+    ap.add_argument("--runner", choices=("torch", "fabric"), default="torch",
+                    help="torch: a plain loop (default); fabric: the same loop through Lightning Fabric")
+    ap.add_argument("--check", action="store_true", help="only check that --runner can be used, then exit")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per model (median reported)")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    runner = "torch"
+    fabric = None
+    if args.runner == "fabric":
+        try:
+            Fabric, runner = import_fabric()
+        except RuntimeError as e:
+            print(f"torch_train.py: {e}", file=sys.stderr)
+            return 2
+        fabric = Fabric(accelerator="cpu", devices=1, precision=args.precision)
+        fabric.launch()
+        if args.threads > 0:  # the same thread count as the torch runner, whatever Fabric did
+            torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas_info()}", file=sys.stderr)
+    print(f"runner: {runner}, precision {args.precision}", file=sys.stderr)
+    if args.check:
+        return 0
     out = {}
     with torch.enable_grad():
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-            step, items = make_case(name)
+            step, items = make_case(name, args.precision, fabric)
             out[name] = measure(step, items, args.warmup, args.min_time, max(1, args.repeats))
     print(json.dumps(out))
     return 0
