@@ -50,6 +50,24 @@ std::vector<Tensor> Optimizer::parameters() const {
 
 Optimizer::ParamState& Optimizer::state(size_t g, size_t j) { return state_[g][j]; }
 
+void Optimizer::init_master_weights() {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
+      const Tensor p = groups_[g].params[j].detach();
+      if (!p.is_floating_point() || p.dtype() == kFloat64) continue;
+      // A copy even when p is float32 already: the master must not alias the parameter.
+      state(g, j).master = p.dtype() == kFloat32 ? p.clone() : p.to(kFloat32);
+    }
+}
+
+void SGD::set_master_weights(bool on) {
+  for (auto& o : options_) o.master_weights = on;
+}
+
+void Adam::set_master_weights(bool on) {
+  for (auto& o : options_) o.master_weights = on;
+}
+
 Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_weights) {
   if (!master_weights || !is_reduced_floating(param.dtype())) return Tensor();
   if (!s.master.defined()) s.master = param.detach().to(kFloat32);

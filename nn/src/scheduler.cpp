@@ -76,8 +76,11 @@ LRScheduler::LRScheduler(Optimizer& opt, SchedulePtr schedule) : opt_(opt), sche
   for (size_t g = 0; g < base_.size(); ++g) opt_.set_lr(g, schedule_->lr(0, base_[g]));
 }
 
-void LRScheduler::step() {
-  ++t_;
+void LRScheduler::step() { set_last_step(t_ + 1); }
+
+void LRScheduler::set_last_step(int64_t t) {
+  AG_CHECK(t >= 0, "LRScheduler", "step must be >= 0, got ", t);
+  t_ = t;
   for (size_t g = 0; g < base_.size(); ++g) opt_.set_lr(g, schedule_->lr(t_, base_[g]));
 }
 

@@ -38,5 +38,8 @@
 
 // autocast/: mixed precision (ag::GradScaler, ag::GradScalerOptions)
 #include "ampgrad/autocast/grad_scaler.h"
+#include "ampgrad/wrappers/lite.h"
+#include "ampgrad/wrappers/nested.h"
+#include "ampgrad/wrappers/precision.h"
 
 namespace ag = ampgrad;

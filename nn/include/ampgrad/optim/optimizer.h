@@ -29,6 +29,12 @@ class Optimizer {
   virtual void step() = 0;
   /// Drops every parameter's gradient (PyTorch's set_to_none).
   void zero_grad();
+  /// Turns float32 master weights for float16/bfloat16 parameters on or off in every group
+  /// (the master_weights option). Masters already made are kept while on.
+  virtual void set_master_weights(bool on) = 0;
+  /// Makes the float32 master copy of every parameter now, from its current value: called
+  /// before a model is converted to 16 bits, the masters keep the full float32 values.
+  void init_master_weights();
   size_t num_groups() const { return groups_.size(); }
   double lr(size_t group = 0) const;
   void set_lr(size_t group, double lr);
@@ -94,6 +100,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   SGD(std::vector<ParamGroup> groups);
   void step() override;
+  void set_master_weights(bool on) override;
 
  private:
   std::vector<SGDOptions> options_;
@@ -126,6 +133,7 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   Adam(std::vector<ParamGroup> groups);
   void step() override;
+  void set_master_weights(bool on) override;
 
  protected:
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}

@@ -56,6 +56,8 @@ class LRScheduler {
   /// Advances one step and sets every group's learning rate.
   void step();
   int64_t last_step() const { return t_; }
+  /// Jumps to step t (t >= 0) and sets every group's learning rate: restoring a checkpoint.
+  void set_last_step(int64_t t);
   double last_lr(size_t group = 0) const { return opt_.lr(group); }
 
  private:

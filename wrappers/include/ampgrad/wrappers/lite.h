@@ -1,0 +1,349 @@
+// Lite: keep your own training loop; get the device and precision right with one object.
+//
+//   ag::Lite lite(ag::LiteOptions{.accelerator = "auto", .precision = "auto"});
+//   auto [model, optimizer] = lite.setup(net, opt);   // moves to the device, converts per precision
+//   for (const auto& batch : lite.setup_dataloader(loader)) {
+//     optimizer.zero_grad();
+//     ag::Tensor loss = ag::cross_entropy(model(batch.input), batch.target);
+//     lite.backward(loss);                             // scales under 16-mixed
+//     bool stepped = optimizer.step();                 // unscale, skip on inf/NaN, update the scale
+//   }
+//   lite.save("ckpt.safetensors", {{"model", model}, {"optimizer", optimizer}});
+//
+// The precision plugin (precision.h) does the work at each point; Lite decides which one
+// from the options and the hardware (resolve_precision), and the wrappers call it:
+//   - LiteModule: floating inputs converted to the parameter dtype (integers and bools
+//     untouched), forward inside the plugin's context (autocast for the mixed precisions),
+//     outputs converted per OutputConversion. Inputs and outputs may be tensors, vectors,
+//     tuples, maps or nests of them (nested.h).
+//   - LiteOptimizer::step(): the plugin's optimizer step; returns whether it stepped.
+//     Under 16-mixed the scale is updated once per iteration: when every optimizer set up
+//     through this Lite has stepped, or at the next backward(), whichever comes first.
+//   - LiteScheduler::step() advances only when its optimizer really stepped since.
+// docs/lite.md explains the choices, in particular the three output conversions.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "ampgrad/data/dataset.h"
+#include "ampgrad/nn/module.h"
+#include "ampgrad/nn/serialize.h"
+#include "ampgrad/optim/optimizer.h"
+#include "ampgrad/optim/scheduler.h"
+#include "ampgrad/wrappers/nested.h"
+#include "ampgrad/wrappers/precision.h"
+
+namespace ampgrad {
+
+/// What the module wrapper does to the dtype of floating outputs.
+enum class OutputConversion {
+  /// To the default dtype (float32 unless changed): what Lightning kept.
+  ToDefault,
+  /// To the one floating dtype found among all the inputs' tensors; with none, as
+  /// ToDefault; with several, an ag::Error names them (never a silent choice).
+  ToInputDType,
+  /// Outputs as the inner module returned them.
+  None,
+};
+
+/// "to-default", "to-input-dtype", "none".
+const char* output_conversion_name(OutputConversion c);
+/// Parses the names above; an error lists them for anything else.
+OutputConversion parse_output_conversion(std::string_view s);
+
+struct LiteOptions {
+  /// "cpu", "cuda", "cuda:N", "cuda:N,M", "gpu", or "auto" (see resolve_accelerator).
+  std::string accelerator = "auto";
+  /// A precision string or "auto"; empty: AMPGRAD_PRECISION, else "32-true".
+  std::string precision;
+  OutputConversion output_conversion = OutputConversion::ToDefault;
+  /// 16-true / bf16-true: keep float32 master weights in the optimizers (made from the
+  /// float32 values before the model is converted).
+  bool master_weights = true;
+  /// 16-mixed: the grad scaler's options.
+  GradScalerOptions scaler;
+  /// Decide from this profile instead of the machine's (tests, docs); null: hw::query().
+  const hw::HardwareProfile* profile = nullptr;
+  /// Where warnings go (one line each, no newline); null: standard error.
+  std::function<void(const std::string&)> warn;
+};
+
+namespace detail {
+
+/// State shared by a Lite and the wrappers it hands out (they may outlive the Lite).
+struct LiteCore {
+  LiteOptions options;
+  PrecisionDecision decision;
+  Device device;
+  std::unique_ptr<PrecisionPlugin> plugin;
+  std::string description;
+  // The per-iteration bookkeeping of the loss scale (16-mixed).
+  std::vector<const optim::Optimizer*> optimizers;
+  std::set<const optim::Optimizer*> stepped, unscaled;
+
+  Tensor to_device(const Tensor& t) const;
+  /// Under 16-mixed: a hook on each output that requires grad, so that a plain
+  /// loss.backward() through it fails (see Lite::backward).
+  void guard_output(const Tensor& t) const;
+  /// The dtype floating outputs become, from the inputs' dtypes (ToInputDType).
+  DType output_dtype(const std::vector<DType>& input_dtypes) const;
+  /// Applies the scaler's update if an optimizer stepped or unscaled since the last one.
+  void finish_iteration();
+  void unscale(optim::Optimizer& opt);
+  bool step(optim::Optimizer& opt);
+  void warn(const std::string& line) const;
+};
+
+}  // namespace detail
+
+/// A module set up by Lite: call it like the module (any arguments its forward takes).
+template <class M>
+class LiteModule {
+ public:
+  LiteModule() = default;
+  LiteModule(std::shared_ptr<M> module, std::shared_ptr<detail::LiteCore> core)
+      : module_(std::move(module)), core_(std::move(core)) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) {
+    return forward(args...);
+  }
+
+  template <class... Args>
+  auto forward(const Args&... args) {
+    const PrecisionPlugin& plugin = *core_->plugin;
+    const OutputConversion mode = core_->options.output_conversion;
+    DType out_dtype = get_default_dtype();
+    if (mode == OutputConversion::ToInputDType) {
+      std::vector<DType> dtypes;
+      (for_each_tensor(args, [&](const Tensor& t) {
+         if (t.defined() && t.is_floating_point()) dtypes.push_back(t.dtype());
+       }),
+       ...);
+      out_dtype = core_->output_dtype(dtypes);
+    }
+    auto in = std::make_tuple(apply_to_tensors(args, [&](const Tensor& t) {
+      return plugin.convert_input(core_->to_device(t));
+    })...);
+    auto out = [&] {
+      ForwardContext ctx = plugin.forward_context();
+      return std::apply([&](const auto&... a) { return module_->forward(a...); }, in);
+    }();
+    for_each_tensor(out, [&](const Tensor& t) { core_->guard_output(t); });
+    if (mode == OutputConversion::None) return out;
+    return apply_to_tensors(out, [&](const Tensor& t) { return PrecisionPlugin::convert_output(t, out_dtype); });
+  }
+
+  M& module() const { return *module_; }
+  const std::shared_ptr<M>& module_ptr() const { return module_; }
+  M* operator->() const { return module_.get(); }
+
+ private:
+  std::shared_ptr<M> module_;
+  std::shared_ptr<detail::LiteCore> core_;
+};
+
+/// An optimizer set up by Lite.
+class LiteOptimizer {
+ public:
+  LiteOptimizer() = default;
+  LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::LiteCore> core);
+  /// The precision's step: under 16-mixed, unscale (unless clip_gradients did), skip when
+  /// a gradient is inf or NaN. Returns whether the parameters were updated.
+  bool step();
+  void zero_grad() { opt_->zero_grad(); }
+  optim::Optimizer& optimizer() const { return *opt_; }
+  optim::Optimizer* operator->() const { return opt_; }
+  /// Steps that updated the parameters, and steps skipped for inf/NaN gradients.
+  int64_t steps_taken() const { return counters_->taken; }
+  int64_t steps_skipped() const { return counters_->skipped; }
+
+ private:
+  friend class LiteScheduler;
+  friend class Lite;
+  struct Counters {
+    int64_t taken = 0, skipped = 0;
+  };
+  optim::Optimizer* opt_ = nullptr;
+  std::shared_ptr<Counters> counters_;
+  std::shared_ptr<detail::LiteCore> core_;
+};
+
+/// A learning-rate schedule bound to a LiteOptimizer: step() advances only when the
+/// optimizer updated the parameters since the last advance, so a step skipped for an
+/// overflow does not move the schedule on.
+class LiteScheduler {
+ public:
+  LiteScheduler(LiteOptimizer& opt, optim::SchedulePtr schedule);
+  /// Advances one step if the optimizer stepped since; returns whether it advanced.
+  bool step();
+  int64_t last_step() const { return sched_->last_step(); }
+  double last_lr(size_t group = 0) const { return sched_->last_lr(group); }
+  /// Restores a checkpointed position.
+  void set_last_step(int64_t t);
+
+ private:
+  std::shared_ptr<optim::LRScheduler> sched_;
+  std::shared_ptr<LiteOptimizer::Counters> counters_;
+  int64_t seen_ = 0;
+};
+
+/// Batches of a DataLoader, moved to the Lite's device.
+class LiteDataLoader {
+ public:
+  LiteDataLoader(data::DataLoader loader, std::shared_ptr<detail::LiteCore> core)
+      : loader_(std::move(loader)), core_(std::move(core)) {}
+  class Iterator {
+   public:
+    Iterator(data::DataLoader::Iterator it, const detail::LiteCore* core) : it_(std::move(it)), core_(core) {}
+    data::Batch operator*() const { return {core_->to_device(it_->input), core_->to_device(it_->target)}; }
+    Iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return it_ != o.it_; }
+    bool operator==(const Iterator& o) const { return it_ == o.it_; }
+
+   private:
+    data::DataLoader::Iterator it_;
+    const detail::LiteCore* core_;
+  };
+  Iterator begin() const { return {loader_.begin(), core_.get()}; }
+  Iterator end() const { return {loader_.end(), core_.get()}; }
+  int64_t num_batches() const { return loader_.num_batches(); }
+  const data::DataLoader& loader() const { return loader_; }
+
+ private:
+  data::DataLoader loader_;
+  std::shared_ptr<detail::LiteCore> core_;
+};
+
+/// One named thing to checkpoint: a module, an optimizer, a scheduler or a counter. Built
+/// implicitly, so a state reads {{"model", model}, {"optimizer", optimizer}, {"step", step}}.
+class StateItem {
+ public:
+  StateItem(nn::Module& module);                               // NOLINT: implicit on purpose
+  template <class M>
+  StateItem(const std::shared_ptr<M>& module) : StateItem(static_cast<nn::Module&>(*module)) {}  // NOLINT
+  template <class M>
+  StateItem(LiteModule<M>& module) : StateItem(static_cast<nn::Module&>(module.module())) {}  // NOLINT
+  StateItem(optim::Optimizer& optimizer);                      // NOLINT
+  StateItem(LiteOptimizer& optimizer);                         // NOLINT
+  StateItem(LiteScheduler& scheduler);                         // NOLINT
+  StateItem(int64_t& counter);                                 // NOLINT
+  StateItem(double& value);                                    // NOLINT
+  StateItem(std::string& text);                                // NOLINT
+
+  /// Adds this item's tensors under "<name>." (counters under "<name>") and strings to the
+  /// metadata.
+  void save(const std::string& name, nn::StateDict& tensors, nn::Metadata& meta) const;
+  /// Restores from what save() wrote; throws ag::Error naming the file and what is missing.
+  void load(const std::string& name, const nn::StateDict& tensors, const nn::Metadata& meta,
+            const std::string& path) const;
+
+ private:
+  std::function<void(const std::string&, nn::StateDict&, nn::Metadata&)> save_;
+  std::function<void(const std::string&, const nn::StateDict&, const nn::Metadata&, const std::string&)> load_;
+};
+using LiteState = std::map<std::string, StateItem>;
+
+class Lite {
+ public:
+  /// Resolves the accelerator and the precision (printing the warning line of an emulated
+  /// or deprecated choice once); throws ag::Error for an unknown or unsupported choice.
+  explicit Lite(LiteOptions options = {});
+
+  Precision precision() const { return core_->decision.precision; }
+  const std::string& precision_reason() const { return core_->decision.reason; }
+  Device device() const { return core_->device; }
+  /// The devices the precision was decided for.
+  const std::vector<Device>& devices() const { return core_->decision.devices; }
+  /// The hardware report and the decision, several lines.
+  const std::string& describe() const { return core_->description; }
+  PrecisionPlugin& plugin() const { return *core_->plugin; }
+
+  /// Sets the default dtype to the parameter dtype while a model is built in it:
+  ///   { auto ctx = lite.init_module(); net = make_model(); }
+  std::unique_ptr<DefaultDTypeGuard> init_module() const { return core_->plugin->module_init_context(); }
+  /// The forward context (autocast under the mixed precisions) for code outside a
+  /// wrapped module's forward.
+  ForwardContext autocast() const { return core_->plugin->forward_context(); }
+
+  /// Moves the module to the device and converts it per precision; the optimizer must
+  /// hold the module's parameters (it sees the conversion: parameters change in place).
+  template <class M>
+  std::pair<LiteModule<M>, LiteOptimizer> setup(std::shared_ptr<M> module, optim::Optimizer& optimizer) {
+    LiteOptimizer o = setup_optimizer(optimizer);  // first: masters from the float32 values
+    return {setup_module(std::move(module)), std::move(o)};
+  }
+  template <class M>
+  LiteModule<M> setup_module(std::shared_ptr<M> module) {
+    AG_CHECK(module != nullptr, "Lite::setup", "the module is null");
+    convert(*module);
+    return LiteModule<M>(std::move(module), core_);
+  }
+  /// Under 16-true / bf16-true with master_weights, turns the optimizer's float32 master
+  /// weights on and makes them from the parameters' current values: set up the optimizer
+  /// before its module is converted (setup() does) to keep the full float32 values.
+  LiteOptimizer setup_optimizer(optim::Optimizer& optimizer);
+  LiteScheduler setup_scheduler(LiteOptimizer& optimizer, optim::SchedulePtr schedule) {
+    return LiteScheduler(optimizer, std::move(schedule));
+  }
+  LiteDataLoader setup_dataloader(data::DataLoader loader) { return LiteDataLoader(std::move(loader), core_); }
+
+  Tensor to_device(const Tensor& t) const { return core_->to_device(t); }
+  template <class T>
+  T to_device(const T& nested) const {
+    return apply_to_tensors(nested, [&](const Tensor& t) { return core_->to_device(t); });
+  }
+
+  /// Backward from the loss: scaled under 16-mixed (where a plain loss.backward() on a
+  /// wrapped module's output is refused, since the scale would be silently missing).
+  void backward(const Tensor& loss);
+  /// Clips the gradients of the module's parameters to a total 2-norm of max_norm, after
+  /// unscaling them under 16-mixed; returns the norm before clipping (unscaled).
+  double clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm);
+  template <class M>
+  double clip_gradients(LiteModule<M>& module, LiteOptimizer& optimizer, double max_norm) {
+    return clip_gradients(static_cast<nn::Module&>(module.module()), optimizer, max_norm);
+  }
+
+  /// Seeds ampgrad's generator (initialisation, shuffling, dropout).
+  void seed_everything(uint64_t seed) const;
+  /// Prints to standard output (only the main process, once distributed training exists).
+  template <class... A>
+  void print(const A&... parts) const {
+    std::ostringstream os;
+    (os << ... << parts);
+    std::printf("%s\n", os.str().c_str());
+    std::fflush(stdout);
+  }
+
+  /// The loss scale (1 unless 16-mixed) and the steps skipped for inf/NaN gradients.
+  double loss_scale() const { return core_->plugin->loss_scale(); }
+  int64_t skipped_steps() const;
+
+  /// Writes every item of `state` plus the precision plugin's state (the grad scaler's)
+  /// and the random generator's position to one safetensors file, atomically.
+  void save(const std::string& path, const LiteState& state);
+  /// Restores every item of `state` from a file written by save(), plus the plugin's state
+  /// and the generator's position. Missing items are an error naming them.
+  void load(const std::string& path, const LiteState& state);
+
+ private:
+  void convert(nn::Module& module);
+  std::shared_ptr<detail::LiteCore> core_;
+};
+
+}  // namespace ampgrad

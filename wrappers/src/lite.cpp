@@ -1,0 +1,343 @@
+// Lite and its wrappers (lite.h): the decision at construction, the per-iteration loss-scale
+// bookkeeping, the plain-backward guard under 16-mixed, and checkpoints.
+#include "ampgrad/wrappers/lite.h"
+
+#include <cstdio>
+
+#include "ampgrad/autograd.h"
+#include "ampgrad/error.h"
+#include "ampgrad/factories.h"
+#include "ampgrad/ops/reduce.h"
+
+namespace ampgrad {
+
+const char* output_conversion_name(OutputConversion c) {
+  switch (c) {
+    case OutputConversion::ToDefault: return "to-default";
+    case OutputConversion::ToInputDType: return "to-input-dtype";
+    case OutputConversion::None: return "none";
+  }
+  return "?";
+}
+
+OutputConversion parse_output_conversion(std::string_view s) {
+  for (OutputConversion c : {OutputConversion::ToDefault, OutputConversion::ToInputDType, OutputConversion::None})
+    if (s == output_conversion_name(c)) return c;
+  AG_ERROR("output_conversion", "unknown output conversion \"", s,
+           "\"; allowed: \"to-default\", \"to-input-dtype\", \"none\"");
+}
+
+namespace {
+
+// Depth of Lite::backward calls on this thread: a guarded output's hook refuses a
+// backward that does not come from one.
+thread_local int t_lite_backward_depth = 0;
+
+struct LiteBackwardScope {
+  LiteBackwardScope() { ++t_lite_backward_depth; }
+  ~LiteBackwardScope() { --t_lite_backward_depth; }
+};
+
+std::string describe(const hw::HardwareProfile& p, const PrecisionDecision& d, const AcceleratorChoice& acc) {
+  std::ostringstream os;
+  const auto& c = p.cpu;
+  os << "cpu      : " << c.model_name << ", " << c.logical_cores << " logical cores; avx2 " << (c.avx2 ? "yes" : "no")
+     << ", avx512f " << (c.avx512f ? "yes" : "no") << ", avx512_bf16 " << (c.avx512_bf16 ? "yes" : "no")
+     << ", avx512_fp16 " << (c.avx512_fp16 ? "yes" : "no") << ", amx_bf16 " << (c.amx_bf16 ? "yes" : "no")
+     << "; oneDNN " << p.onednn_isa << "\n";
+  if (!p.built_with_cuda) os << "cuda     : not built\n";
+  else if (p.cuda.empty()) os << "cuda     : built, no device\n";
+  for (const auto& g : p.cuda)
+    os << "cuda:" << g.index << "   : " << g.name << ", compute capability " << g.compute_capability() << ", "
+       << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB\n";
+  os << "device   : ";
+  for (size_t i = 0; i < d.devices.size(); ++i) os << (i ? ", " : "") << d.devices[i].str();
+  os << " (" << acc.reason << ")\n";
+  os << "precision: " << precision_name(d.precision) << " (" << d.reason << ")";
+  for (const Device& dev : d.devices) {
+    const hw::Verdict v = hw::verdict(p, dev, compute_dtype(d.precision));
+    os << "\n           " << dev.str() << " " << dtype_name(compute_dtype(d.precision)) << ": "
+       << hw::support_name(v.support) << ", " << v.reason;
+  }
+  return os.str();
+}
+
+}  // namespace
+
+// ---- LiteCore ------------------------------------------------------------------------------
+
+namespace detail {
+
+Tensor LiteCore::to_device(const Tensor& t) const {
+  if (!t.defined() || t.device() == device) return t;
+  return t.to(device);
+}
+
+void LiteCore::guard_output(const Tensor& t) const {
+  if (!plugin->scales_loss() || !t.defined() || !t.requires_grad()) return;
+  t.register_hook([](const Tensor&) -> Tensor {
+    AG_CHECK(t_lite_backward_depth > 0, "backward",
+             "this loss comes from a module wrapped by ag::Lite with precision 16-mixed: call "
+             "lite.backward(loss) instead of loss.backward(), so that the loss is scaled (without "
+             "the scale the float16 gradients underflow and the scaler's unscale is wrong)");
+    return Tensor();
+  });
+}
+
+DType LiteCore::output_dtype(const std::vector<DType>& input_dtypes) const {
+  std::vector<DType> distinct;
+  for (DType d : input_dtypes)
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
+  if (distinct.empty()) return get_default_dtype();
+  if (distinct.size() > 1) {
+    std::string names;
+    for (size_t i = 0; i < distinct.size(); ++i) names += (i ? ", " : "") + std::string(dtype_name(distinct[i]));
+    AG_ERROR("LiteModule", "output conversion to-input-dtype needs one floating dtype among the inputs, got ", names,
+             "; convert the inputs to one dtype, or use to-default or none");
+  }
+  return distinct.front();
+}
+
+void LiteCore::finish_iteration() {
+  GradScaler* s = plugin->scaler();
+  if (!stepped.empty() || !unscaled.empty()) {
+    if (s && s->is_enabled()) s->update();
+    stepped.clear();
+    unscaled.clear();
+  }
+}
+
+void LiteCore::unscale(optim::Optimizer& opt) {
+  if (unscaled.count(&opt) || stepped.count(&opt)) return;
+  plugin->unscale_gradients(opt);
+  unscaled.insert(&opt);
+}
+
+bool LiteCore::step(optim::Optimizer& opt) {
+  const bool ok = plugin->optimizer_step(opt);
+  stepped.insert(&opt);
+  bool all = true;
+  for (const optim::Optimizer* o : optimizers) all = all && stepped.count(o);
+  if (all) finish_iteration();
+  return ok;
+}
+
+void LiteCore::warn(const std::string& line) const {
+  if (options.warn) options.warn(line);
+  else std::fprintf(stderr, "warning: %s\n", line.c_str());
+}
+
+}  // namespace detail
+
+// ---- Lite ----------------------------------------------------------------------------------
+
+Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
+  core_->options = std::move(options);
+  const LiteOptions& o = core_->options;
+  const hw::HardwareProfile& profile = o.profile ? *o.profile : hw::query();
+  const std::string requested = o.precision.empty() ? default_precision_string() : o.precision;
+  core_->decision = resolve_precision(requested, o.accelerator, profile);
+  core_->device = core_->decision.devices.front();
+  core_->plugin = make_precision_plugin(core_->decision.precision, core_->device.type, {.scaler = o.scaler});
+  core_->description = ampgrad::describe(profile, core_->decision, resolve_accelerator(o.accelerator, profile));
+  if (!core_->decision.warning.empty()) core_->warn(core_->decision.warning);
+}
+
+void Lite::convert(nn::Module& module) {
+  if (core_->device != Device(kCPU)) module.to(core_->device);
+  core_->plugin->convert_module(module);
+}
+
+LiteOptimizer Lite::setup_optimizer(optim::Optimizer& optimizer) {
+  const Precision p = precision();
+  if (core_->options.master_weights && (p == Precision::True16 || p == Precision::TrueBF16)) {
+    optimizer.set_master_weights(true);
+    optimizer.init_master_weights();
+  }
+  auto& list = core_->optimizers;
+  if (std::find(list.begin(), list.end(), &optimizer) == list.end()) list.push_back(&optimizer);
+  return LiteOptimizer(optimizer, core_);
+}
+
+void Lite::backward(const Tensor& loss) {
+  core_->finish_iteration();  // a new iteration: apply the pending scale update first
+  LiteBackwardScope scope;
+  core_->plugin->backward(loss);
+}
+
+double Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {
+  core_->unscale(optimizer.optimizer());
+  return nn::clip_grad_norm_(module.parameters(), max_norm).item<double>();
+}
+
+void Lite::seed_everything(uint64_t seed) const { manual_seed(seed); }
+
+int64_t Lite::skipped_steps() const {
+  GradScaler* s = core_->plugin->scaler();
+  return s ? s->skipped_steps() : 0;
+}
+
+void Lite::save(const std::string& path, const LiteState& state) {
+  core_->finish_iteration();
+  nn::StateDict tensors;
+  nn::Metadata meta;
+  for (const auto& [name, item] : state) {
+    AG_CHECK(name.rfind("lite.", 0) != 0, "Lite::save", "the name \"", name, "\" is reserved (lite.*)");
+    item.save(name, tensors, meta);
+  }
+  for (auto& [k, v] : core_->plugin->state_dict()) tensors["lite.precision_state." + k] = v;
+  const auto [seed, offset] = generator_state();
+  meta["lite.precision"] = precision_name(precision());
+  meta["lite.rng_seed"] = std::to_string(seed);
+  meta["lite.rng_offset"] = std::to_string(offset);
+  nn::save(path, tensors, meta);
+}
+
+void Lite::load(const std::string& path, const LiteState& state) {
+  nn::Metadata meta;
+  const nn::StateDict tensors = nn::load(path, &meta);
+  for (const auto& [name, item] : state) item.load(name, tensors, meta, path);
+  std::map<std::string, Tensor> plugin_state;
+  const std::string prefix = "lite.precision_state.";
+  for (const auto& [k, v] : tensors)
+    if (k.rfind(prefix, 0) == 0) plugin_state[k.substr(prefix.size())] = v;
+  if (!plugin_state.empty()) {
+    AG_CHECK(core_->plugin->scaler(), "Lite::load", path, " holds grad-scaler state (saved under ",
+             meta.count("lite.precision") ? meta.at("lite.precision") : std::string("16-mixed"),
+             "), but this Lite runs ", precision_name(precision()));
+    core_->plugin->load_state_dict(plugin_state);
+  }
+  core_->stepped.clear();
+  core_->unscaled.clear();
+  if (meta.count("lite.rng_seed") && meta.count("lite.rng_offset"))
+    set_generator_state(std::stoull(meta.at("lite.rng_seed")), std::stoull(meta.at("lite.rng_offset")));
+}
+
+// ---- LiteOptimizer and LiteScheduler -------------------------------------------------------
+
+LiteOptimizer::LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::LiteCore> core)
+    : opt_(&opt), counters_(std::make_shared<Counters>()), core_(std::move(core)) {}
+
+bool LiteOptimizer::step() {
+  AG_CHECK(opt_ != nullptr, "LiteOptimizer::step", "not set up (use lite.setup)");
+  const bool stepped = core_->step(*opt_);
+  ++(stepped ? counters_->taken : counters_->skipped);
+  return stepped;
+}
+
+LiteScheduler::LiteScheduler(LiteOptimizer& opt, optim::SchedulePtr schedule)
+    : sched_(std::make_shared<optim::LRScheduler>(opt.optimizer(), std::move(schedule))),
+      counters_(opt.counters_),
+      seen_(opt.counters_->taken) {}
+
+bool LiteScheduler::step() {
+  if (counters_->taken <= seen_) return false;
+  seen_ = counters_->taken;
+  sched_->step();
+  return true;
+}
+
+void LiteScheduler::set_last_step(int64_t t) {
+  sched_->set_last_step(t);
+  seen_ = counters_->taken;
+}
+
+// ---- StateItem -----------------------------------------------------------------------------
+
+namespace {
+
+void need(bool ok, const std::string& path, const std::string& what) {
+  AG_CHECK(ok, "Lite::load", path, " has no ", what, " (was it saved under another name?)");
+}
+
+nn::StateDict with_prefix(const nn::StateDict& all, const std::string& prefix) {
+  nn::StateDict out;
+  for (const auto& [k, v] : all)
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = v;
+  return out;
+}
+
+}  // namespace
+
+StateItem::StateItem(nn::Module& module) {
+  nn::Module* m = &module;
+  save_ = [m](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    for (auto& [k, v] : m->state_dict()) t[name + "." + k] = v;
+  };
+  load_ = [m](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+    const nn::StateDict mine = with_prefix(t, name + ".");
+    need(!mine.empty(), path, "module \"" + name + "\"");
+    m->load_state_dict(mine);
+  };
+}
+
+StateItem::StateItem(optim::Optimizer& optimizer) {
+  optim::Optimizer* o = &optimizer;
+  save_ = [o](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    for (auto& [k, v] : o->state_dict()) t[name + "." + k] = v.clone();
+  };
+  load_ = [o](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+    const nn::StateDict mine = with_prefix(t, name + ".");
+    need(!mine.empty(), path, "optimizer \"" + name + "\"");
+    o->load_state_dict(mine);
+  };
+}
+
+StateItem::StateItem(LiteOptimizer& optimizer) : StateItem(optimizer.optimizer()) {}
+
+StateItem::StateItem(LiteScheduler& scheduler) {
+  LiteScheduler* s = &scheduler;
+  save_ = [s](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    t[name + ".last_step"] = scalar_tensor(s->last_step(), TensorOptions().dtype(kInt64));
+  };
+  load_ = [s](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+    const auto it = t.find(name + ".last_step");
+    need(it != t.end(), path, "scheduler \"" + name + "\"");
+    s->set_last_step(it->second.item<int64_t>());
+  };
+}
+
+StateItem::StateItem(int64_t& counter) {
+  int64_t* c = &counter;
+  save_ = [c](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    t[name] = scalar_tensor(*c, TensorOptions().dtype(kInt64));
+  };
+  load_ = [c](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+    const auto it = t.find(name);
+    need(it != t.end(), path, "counter \"" + name + "\"");
+    *c = it->second.item<int64_t>();
+  };
+}
+
+StateItem::StateItem(double& value) {
+  double* v = &value;
+  save_ = [v](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    t[name] = scalar_tensor(*v, TensorOptions().dtype(kFloat64));
+  };
+  load_ = [v](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+    const auto it = t.find(name);
+    need(it != t.end(), path, "value \"" + name + "\"");
+    *v = it->second.item<double>();
+  };
+}
+
+StateItem::StateItem(std::string& text) {
+  std::string* s = &text;
+  save_ = [s](const std::string& name, nn::StateDict&, nn::Metadata& m) { m[name] = *s; };
+  load_ = [s](const std::string& name, const nn::StateDict&, const nn::Metadata& m, const std::string& path) {
+    const auto it = m.find(name);
+    need(it != m.end(), path, "text \"" + name + "\"");
+    *s = it->second;
+  };
+}
+
+void StateItem::save(const std::string& name, nn::StateDict& tensors, nn::Metadata& meta) const {
+  save_(name, tensors, meta);
+}
+
+void StateItem::load(const std::string& name, const nn::StateDict& tensors, const nn::Metadata& meta,
+                     const std::string& path) const {
+  load_(name, tensors, meta, path);
+}
+
+}  // namespace ampgrad

@@ -1,0 +1,266 @@
+// Precision strings, accelerator and precision resolution, and the six plugins.
+#include "ampgrad/wrappers/precision.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "ampgrad/error.h"
+
+namespace ampgrad {
+
+namespace {
+
+constexpr Precision kAll[] = {Precision::True32,  Precision::True64, Precision::Mixed16,
+                              Precision::MixedBF16, Precision::True16, Precision::TrueBF16};
+
+std::string allowed_values() {
+  std::string s;
+  for (Precision p : kAll) s += std::string("\"") + precision_name(p) + "\", ";
+  return s + "\"auto\" (or the old \"32\", \"64\", \"16\", \"bf16\")";
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::True32: return "32-true";
+    case Precision::True64: return "64-true";
+    case Precision::Mixed16: return "16-mixed";
+    case Precision::MixedBF16: return "bf16-mixed";
+    case Precision::True16: return "16-true";
+    case Precision::TrueBF16: return "bf16-true";
+  }
+  return "?";
+}
+
+DType parameter_dtype(Precision p) {
+  switch (p) {
+    case Precision::True64: return kFloat64;
+    case Precision::True16: return kFloat16;
+    case Precision::TrueBF16: return kBFloat16;
+    default: return kFloat32;
+  }
+}
+
+DType compute_dtype(Precision p) {
+  switch (p) {
+    case Precision::Mixed16: return kFloat16;
+    case Precision::MixedBF16: return kBFloat16;
+    default: return parameter_dtype(p);
+  }
+}
+
+bool is_mixed(Precision p) { return p == Precision::Mixed16 || p == Precision::MixedBF16; }
+
+PrecisionRequest parse_precision(std::string_view s) {
+  for (Precision p : kAll)
+    if (s == precision_name(p)) return {p, ""};
+  if (s == "auto") return {std::nullopt, ""};
+  struct Old {
+    const char* name;
+    Precision p;
+  };
+  for (const Old& o : {Old{"32", Precision::True32}, Old{"64", Precision::True64}, Old{"16", Precision::Mixed16},
+                       Old{"bf16", Precision::MixedBF16}})
+    if (s == o.name)
+      return {o.p, std::string("precision \"") + o.name + "\" is deprecated; use \"" + precision_name(o.p) + "\""};
+  AG_ERROR("precision", "unknown precision \"", s, "\"; allowed: ", allowed_values());
+}
+
+std::string default_precision_string() {
+  const char* env = std::getenv("AMPGRAD_PRECISION");
+  return env && *env ? std::string(env) : std::string("32-true");
+}
+
+// ---- accelerator ---------------------------------------------------------------------------
+
+AcceleratorChoice resolve_accelerator(std::string_view acc, const hw::HardwareProfile& profile) {
+  const auto why_no_cuda = [&]() -> std::string {
+    if (!profile.built_with_cuda) return "ampgrad was built without CUDA";
+    return "no CUDA device was found (no GPU, or no driver)";
+  };
+  if (acc == "cpu") return {{Device(kCPU)}, "the CPU was requested"};
+  if (acc == "auto") {
+    if (profile.built_with_cuda && !profile.cuda.empty())
+      return {{Device(kCUDA, 0)}, "auto: a CUDA device is present (" + profile.cuda[0].name + ")"};
+    return {{Device(kCPU)}, "auto: the CPU, because " + why_no_cuda()};
+  }
+  if (acc == "cuda" || acc == "gpu" || acc.rfind("cuda:", 0) == 0) {
+    AG_CHECK(profile.built_with_cuda && !profile.cuda.empty(), "accelerator", "accelerator \"", acc,
+             "\" was requested, but ", why_no_cuda(), "; use \"cpu\" or \"auto\"");
+    AcceleratorChoice c;
+    if (acc == "cuda" || acc == "gpu") {
+      for (const auto& d : profile.cuda) c.devices.push_back(Device(kCUDA, d.index));
+      c.reason = "CUDA was requested: " + std::to_string(c.devices.size()) + " device" +
+                 (c.devices.size() == 1 ? "" : "s");
+      return c;
+    }
+    std::string_view list = acc.substr(5);
+    std::set<int> seen;
+    while (!list.empty()) {
+      const size_t comma = list.find(',');
+      const std::string_view item = list.substr(0, comma);
+      int idx = -1;
+      const std::string s(item);
+      char* end = nullptr;
+      const long v = s.empty() ? -1 : std::strtol(s.c_str(), &end, 10);
+      if (!s.empty() && end && *end == '\0' && v >= 0 && v < 1 << 20) idx = int(v);
+      AG_CHECK(idx >= 0, "accelerator", "bad CUDA device list in \"", acc,
+               "\"; expected \"cuda\", \"cuda:N\" or \"cuda:N,M,...\"");
+      AG_CHECK(idx < int(profile.cuda.size()), "accelerator", "cuda:", idx, " does not exist (",
+               profile.cuda.size(), " CUDA device", profile.cuda.size() == 1 ? "" : "s", " found)");
+      if (seen.insert(idx).second) c.devices.push_back(Device(kCUDA, idx));
+      if (comma == std::string_view::npos) break;
+      list = list.substr(comma + 1);
+    }
+    AG_CHECK(!c.devices.empty(), "accelerator", "no device in \"", acc, "\"");
+    c.reason = "CUDA device" + std::string(c.devices.size() == 1 ? " " : "s ");
+    for (size_t i = 0; i < c.devices.size(); ++i) c.reason += (i ? ", " : "") + c.devices[i].str();
+    c.reason += " requested";
+    return c;
+  }
+  AG_ERROR("accelerator", "unknown accelerator \"", acc,
+           "\"; allowed: \"cpu\", \"cuda\", \"cuda:N\", \"cuda:N,M\", \"gpu\", \"auto\"");
+}
+
+// ---- precision resolution -----------------------------------------------------------------
+
+namespace {
+
+// "auto" on the devices in use, with its reason.
+std::pair<Precision, std::string> auto_precision(const std::vector<Device>& devices,
+                                                 const hw::HardwareProfile& profile) {
+  if (devices.front().is_cpu()) {
+    const auto& f = profile.cpu;
+    if (f.amx_bf16) return {Precision::MixedBF16, "auto: the CPU has AMX-BF16, so bfloat16 matmuls run natively"};
+    if (f.avx512_bf16)
+      return {Precision::MixedBF16, "auto: the CPU has AVX512-BF16, so bfloat16 matmuls run natively"};
+    return {Precision::True32,
+            "auto: the CPU has neither AMX-BF16 nor AVX512-BF16, so bfloat16 would only be emulated "
+            "through float32; float32 is faster"};
+  }
+  // The weakest device decides: lowest compute capability.
+  const hw::CudaDevice* weakest = nullptr;
+  for (const Device& d : devices) {
+    const hw::CudaDevice& c = profile.cuda.at(size_t(d.index));
+    if (!weakest || c.cc() < weakest->cc()) weakest = &c;
+  }
+  const std::string who = "cuda:" + std::to_string(weakest->index) + " (" + weakest->name + ", compute capability " +
+                          weakest->compute_capability() + ")" +
+                          (devices.size() > 1 ? ", the weakest of the " + std::to_string(devices.size()) + " in use," : "");
+  if (weakest->bf16_native()) return {Precision::MixedBF16, "auto: " + who + " has native bfloat16 (8.0+)"};
+  if (weakest->fp16_tensor_cores())
+    return {Precision::Mixed16, "auto: " + who +
+                                    " has float16 tensor cores but no native bfloat16 (8.0+); float16 needs the "
+                                    "grad scaler"};
+  return {Precision::True32, "auto: " + who + " has no float16 tensor cores (7.0+) and no native bfloat16 (8.0+)"};
+}
+
+}  // namespace
+
+PrecisionDecision resolve_precision(std::string_view requested, std::string_view accelerator,
+                                    const hw::HardwareProfile& profile) {
+  const PrecisionRequest req = parse_precision(requested);
+  AcceleratorChoice acc = resolve_accelerator(accelerator, profile);
+  const auto [auto_p, auto_reason] = auto_precision(acc.devices, profile);
+  PrecisionDecision d;
+  d.devices = acc.devices;
+  d.warning = req.warning;
+  if (!req.precision) {
+    d.precision = auto_p;
+    d.reason = auto_reason;
+    return d;
+  }
+  d.precision = *req.precision;
+  const DType dt = compute_dtype(d.precision);
+  std::vector<std::string> emulated;
+  for (const Device& dev : acc.devices) {
+    const hw::Verdict v = hw::verdict(profile, dev, dt);
+    AG_CHECK(v.support != hw::Support::Unsupported, "precision", "precision \"", precision_name(d.precision),
+             "\" is unsupported on ", dev.str(), ": ", v.reason, "; \"auto\" would pick \"", precision_name(auto_p),
+             "\" there");
+    if (v.support == hw::Support::Emulated) emulated.push_back(dev.str() + ": " + v.reason);
+  }
+  d.reason = std::string("requested explicitly (\"auto\" would pick \"") + precision_name(auto_p) + "\")";
+  if (!emulated.empty()) {
+    std::string w = std::string("precision \"") + precision_name(d.precision) + "\" runs emulated and slower (";
+    for (size_t i = 0; i < emulated.size(); ++i) w += (i ? "; " : "") + emulated[i];
+    w += ")";
+    d.warning = d.warning.empty() ? w : d.warning + "; " + w;
+  }
+  return d;
+}
+
+// ---- plugins -------------------------------------------------------------------------------
+
+void PrecisionPlugin::convert_module(nn::Module& module) const {
+  const DType dt = parameter_dtype(precision_);
+  if (dt != kFloat32) module.to(dt);
+}
+
+std::unique_ptr<DefaultDTypeGuard> PrecisionPlugin::module_init_context() const {
+  return std::make_unique<DefaultDTypeGuard>(parameter_dtype(precision_));
+}
+
+Tensor PrecisionPlugin::convert_input(const Tensor& t) const {
+  if (!t.defined() || !t.is_floating_point()) return t;
+  return t.to(parameter_dtype(precision_));
+}
+
+Tensor PrecisionPlugin::convert_output(const Tensor& t, DType dtype) {
+  if (!t.defined() || !t.is_floating_point()) return t;
+  return t.to(dtype);
+}
+
+void PrecisionPlugin::backward(const Tensor& loss) { loss.backward(); }
+
+bool PrecisionPlugin::optimizer_step(optim::Optimizer& optimizer) {
+  optimizer.step();
+  return true;
+}
+
+namespace {
+
+class PlainPlugin final : public PrecisionPlugin {
+ public:
+  PlainPlugin(Precision p, DeviceType t) : PrecisionPlugin(p, t) {}
+};
+
+class BF16MixedPlugin final : public PrecisionPlugin {
+ public:
+  explicit BF16MixedPlugin(DeviceType t) : PrecisionPlugin(Precision::MixedBF16, t) {}
+  ForwardContext forward_context() const override { return ForwardContext(device_type(), kBFloat16); }
+};
+
+// float16 autocast plus the grad scaler.
+class F16MixedPlugin final : public PrecisionPlugin {
+ public:
+  F16MixedPlugin(DeviceType t, const GradScalerOptions& o) : PrecisionPlugin(Precision::Mixed16, t), scaler_(o) {}
+  ForwardContext forward_context() const override { return ForwardContext(device_type(), kFloat16); }
+  void backward(const Tensor& loss) override { scaler_.scale(loss).backward(); }
+  void unscale_gradients(optim::Optimizer& optimizer) override { scaler_.unscale_(optimizer); }
+  bool optimizer_step(optim::Optimizer& optimizer) override { return scaler_.step(optimizer); }
+  bool scales_loss() const override { return scaler_.is_enabled(); }
+  double loss_scale() const override { return scaler_.get_scale(); }
+  GradScaler* scaler() override { return &scaler_; }
+  std::map<std::string, Tensor> state_dict() const override { return scaler_.state_dict(); }
+  void load_state_dict(const std::map<std::string, Tensor>& state) override { scaler_.load_state_dict(state); }
+
+ private:
+  GradScaler scaler_;
+};
+
+}  // namespace
+
+std::unique_ptr<PrecisionPlugin> make_precision_plugin(Precision p, DeviceType device_type,
+                                                       const PrecisionPluginOptions& options) {
+  switch (p) {
+    case Precision::Mixed16: return std::make_unique<F16MixedPlugin>(device_type, options.scaler);
+    case Precision::MixedBF16: return std::make_unique<BF16MixedPlugin>(device_type);
+    default: return std::make_unique<PlainPlugin>(p, device_type);
+  }
+}
+
+}  // namespace ampgrad
