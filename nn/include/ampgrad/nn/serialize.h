@@ -16,8 +16,11 @@ namespace ampgrad::nn {
 using Metadata = std::map<std::string, std::string>;
 
 void save(const std::string& path, const StateDict& tensors, const Metadata& metadata = {});
-/// Loads every tensor (on the CPU). Throws ag::Error naming the file for a missing, short
-/// or malformed file.
+/// Loads every tensor (on the CPU), the tensors in any order in the file. Throws ag::Error
+/// naming the file and the problem for a missing, short or malformed file: a header length
+/// past the file or over safetensors' 100 MB limit, a header that is not a JSON object, an
+/// unknown dtype, offsets that disagree with dtype and shape or leave the data, tensors that
+/// overlap or leave holes, metadata values that are not strings.
 StateDict load(const std::string& path, Metadata* metadata = nullptr);
 
 }  // namespace ampgrad::nn
