@@ -4,12 +4,17 @@ BUILD ?= build/release
 BUILD_LITE ?= build/lite
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-lite demo test bench clean
+.PHONY: all deps test-deps build build-lite demo test bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+# Python tooling for the safetensors interop test (a venv under build/pyenv, from PyPI).
+# Without network the test skips and says how to install it; .ci/run requires it.
+test-deps:
+	@scripts/install-test-deps || echo "make: scripts/install-test-deps failed; the safetensors interop test will skip"
 
 # Release build with oneDNN (and CUDA when its toolkit is found).
 build: deps
@@ -26,7 +31,7 @@ demo: build
 	@scripts/demo $(BUILD)
 
 # Both configurations; the last lines are ctest's summary of the full build.
-test: build build-lite
+test: build build-lite test-deps
 	@echo "== ctest: Eigen-only build ($(BUILD_LITE)) =="
 	@cd $(BUILD_LITE) && ctest --output-on-failure -j $(JOBS)
 	@echo "== ctest: full build ($(BUILD)) =="

@@ -11,6 +11,12 @@
 // CNN) or "tokens/s" (GPT, B*T per step), also reported as items_per_second. No peer
 // lives here: bench/torch_train.py is the PyTorch side and scripts/bench-vs-torch prints
 // both; scripts/bench shows these rows against the fp32 throughput targets.
+// amp_train_step/{mlp,cnn}/ampgrad: the same step in bf16-mixed through ag::Lite (setup,
+// lite.backward, the wrapped optimizer's step): scripts/bench-amp-vs-peers puts it next to
+// PyTorch's CPU autocast and Lightning Fabric running the same loop.
+// lite_overhead/{mlp,mlp16}/{ampgrad,hand_loop}: the Lite step against the same loop
+// written by hand with AutocastGuard (and, for 16-mixed, GradScaler): what the wrappers
+// cost (target: under 3%, ratio >= 0.97).
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -83,7 +89,73 @@ void BM_train_gpt(benchmark::State& state) {
   }
 }
 
+std::shared_ptr<ag::nn::Module> image_model(bool cnn) {
+  return cnn ? std::shared_ptr<ag::nn::Module>(ag::nn::make_cnn()) : ag::nn::make_mlp();
+}
+
+// One training step through Lite with the given precision.
+void BM_lite_step(benchmark::State& state, bool cnn, const char* precision) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    auto net = image_model(cnn);
+    net->train();
+    ag::optim::AdamW adamw(net->parameters(), {.lr = 1e-3});
+    ag::Lite lite({.accelerator = "cpu", .precision = precision});
+    auto [model, opt] = lite.setup(net, adamw);
+    const ag::Tensor x = ag::randn({kImageBatch, 1, 28, 28});
+    const ag::Tensor y = ag::randint(0, 10, {kImageBatch});
+    auto step = [&] {
+      opt.zero_grad();
+      ag::Tensor loss = ag::cross_entropy(model(x), y);
+      lite.backward(loss);
+      opt.step();
+      benchmark::DoNotOptimize(loss.unsafe_impl());
+    };
+    run_steps(state, step, kImageBatch, "samples/s");
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// The same step written by hand: autocast guard around forward and loss, and for float16
+// the grad scaler (scale, step, update).
+void BM_hand_step(benchmark::State& state, bool cnn, ag::DType dtype) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    auto net = image_model(cnn);
+    net->train();
+    ag::optim::AdamW opt(net->parameters(), {.lr = 1e-3});
+    ag::GradScaler scaler({.enabled = dtype == ag::kFloat16});
+    const ag::Tensor x = ag::randn({kImageBatch, 1, 28, 28});
+    const ag::Tensor y = ag::randint(0, 10, {kImageBatch});
+    auto step = [&] {
+      opt.zero_grad();
+      ag::Tensor loss;
+      {
+        ag::AutocastGuard g(ag::kCPU, dtype);
+        loss = ag::cross_entropy(net->forward(x), y);
+      }
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      benchmark::DoNotOptimize(loss.unsafe_impl());
+    };
+    run_steps(state, step, kImageBatch, "samples/s");
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
+
+BENCHMARK_CAPTURE(BM_lite_step, mlp, false, "bf16-mixed")->Name("amp_train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_step, cnn, true, "bf16-mixed")->Name("amp_train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_step, lite_bf16, false, "bf16-mixed")->Name("lite_overhead/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_hand_step, hand_bf16, false, ag::kBFloat16)->Name("lite_overhead/mlp/hand_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_step, lite_f16, false, "16-mixed")->Name("lite_overhead/mlp16/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_hand_step, hand_f16, false, ag::kFloat16)->Name("lite_overhead/mlp16/hand_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 BENCHMARK_CAPTURE(BM_train_image, mlp, false)->Name("train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_image, cnn, true)->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);

@@ -46,8 +46,9 @@ struct Options {
   int threads = 0;
   std::string data;
   std::string save, resume, json;
-  std::string precision = "32-true";
+  std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
   std::string accelerator = "auto";
+  std::string output_conversion = "to-default";
   std::string schedule = "cosine";
   bool quiet = false;
   // gpt
@@ -83,29 +84,24 @@ class Progress {
   double last_ = -1;
 };
 
-double accuracy(ag::nn::Module& model, const ag::data::TensorDataset& test) {
+// Test accuracy through the wrapped module, so evaluation runs in the training precision.
+template <class M>
+double accuracy(ag::LiteModule<M>& model, ag::Lite& lite, const ag::data::TensorDataset& test) {
   ag::NoGradGuard ng;
-  model.eval();
+  model->eval();
   ag::data::DataLoader loader(std::shared_ptr<const ag::data::Dataset>(&test, [](const ag::data::Dataset*) {}),
                               {.batch_size = 1000});
   int64_t correct = 0;
-  for (const auto& b : loader) {
-    ag::Tensor pred = ag::argmax(model.forward(b.input), 1);
+  for (const auto& b : lite.setup_dataloader(loader)) {
+    ag::Tensor pred = ag::argmax(model(b.input), 1);
     correct += ag::sum(ag::eq(pred, b.target)).item<int64_t>();
   }
-  model.train();
+  model->train();
   return double(correct) / double(test.size());
 }
 
-void print_hardware(const Options& o) {
-  const auto& cpu = ag::hw::cpu_features();
-  std::printf("hardware : %s, %d logical cores, %d threads used\n", cpu.model_name.c_str(), cpu.logical_cores,
-              omp_get_max_threads());
-  std::printf("           avx2 %s, avx512f %s, avx512_bf16 %s, avx512_fp16 %s, amx_bf16 %s; oneDNN %s, CUDA %s\n",
-              cpu.avx2 ? "yes" : "no", cpu.avx512f ? "yes" : "no", cpu.avx512_bf16 ? "yes" : "no",
-              cpu.avx512_fp16 ? "yes" : "no", cpu.amx_bf16 ? "yes" : "no", ag::built_with_onednn() ? "on" : "off",
-              ag::built_with_cuda() ? "built in" : "not built");
-  std::printf("device   : cpu\nprecision: %s (float32 weights and compute)\n", o.precision.c_str());
+void print_hardware(const ag::Lite& lite) {
+  std::printf("threads  : %d\n%s\n", omp_get_max_threads(), lite.describe().c_str());
 }
 
 }  // namespace
@@ -123,8 +119,12 @@ int main(int argc, char** argv) {
   app.add_option("--data", o.data, "dataset directory (mlp, cnn) or text file (gpt)");
   app.add_option("--save", o.save, "write a checkpoint here after each epoch");
   app.add_option("--resume", o.resume, "continue from this checkpoint");
-  app.add_option("--precision", o.precision, "32-true (mixed precision arrives with the Lite wrappers)");
-  app.add_option("--accelerator", o.accelerator, "cpu or auto");
+  app.add_option("--precision", o.precision,
+                 "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
+                 "bf16-true");
+  app.add_option("--accelerator", o.accelerator, "auto (default), cpu, cuda, cuda:N");
+  app.add_option("--output-conversion", o.output_conversion,
+                 "dtype of the model's floating outputs: to-default (float32), to-input-dtype or none");
   app.add_option("--schedule", o.schedule, "learning rate over the run: cosine (decays to 0 by the last step) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_flag("--quiet", o.quiet, "print only the summary");
@@ -138,21 +138,24 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (o.precision != "32-true" && o.precision != "32")
-      AG_ERROR("ampgrad-train", "--precision ", o.precision,
-               " is not available yet: this build trains in 32-true only (mixed precision comes with the Lite wrappers)");
-    if (o.accelerator != "cpu" && o.accelerator != "auto")
-      AG_ERROR("ampgrad-train", "--accelerator ", o.accelerator, " is not available yet: only cpu (or auto)");
     if (o.threads > 0) omp_set_num_threads(o.threads);
-    ag::manual_seed(o.seed);
+    if (o.precision.empty()) {
+      const char* env = std::getenv("AMPGRAD_PRECISION");
+      o.precision = env && *env ? env : "auto";
+    }
+    ag::Lite lite({.accelerator = o.accelerator,
+                   .precision = o.precision,
+                   .output_conversion = ag::parse_output_conversion(o.output_conversion)});
+    lite.seed_everything(o.seed);
     const bool gpt = o.model == "gpt";
-    if (!o.quiet) print_hardware(o);
+    if (!o.quiet) print_hardware(lite);
 
     // ---- data and model ----
     std::shared_ptr<ag::data::TensorDataset> train, test;
     std::shared_ptr<ag::data::CharDataset> text;
-    std::shared_ptr<ag::nn::Module> model;
+    std::shared_ptr<ag::nn::Module> net;
     std::shared_ptr<ag::nn::GPT> gpt_model;
+    auto init = lite.init_module();  // parameters built in the precision's dtype, until reset
     if (gpt) {
       text = std::make_shared<ag::data::CharDataset>(ag::data::read_text(o.data.empty() ? ag::data::kFortunesDir : o.data),
                                                      o.block_size);
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
                                                                   .layers = o.layers,
                                                                   .heads = o.heads,
                                                                   .width = o.width});
-      model = gpt_model;
+      net = gpt_model;
       if (!o.quiet)
         std::printf("data     : %lld characters, vocabulary %lld\n", (long long)(text->size() + o.block_size),
                     (long long)text->vocab_size());
@@ -169,47 +172,47 @@ int main(int argc, char** argv) {
       const std::string dir = o.data.empty() ? ag::data::kFashionMnistDir : o.data;
       train = ag::data::fashion_mnist(true, dir);
       test = ag::data::fashion_mnist(false, dir);
-      model = o.model == "mlp" ? std::shared_ptr<ag::nn::Module>(ag::nn::make_mlp()) : ag::nn::make_cnn();
+      net = o.model == "mlp" ? std::shared_ptr<ag::nn::Module>(ag::nn::make_mlp()) : ag::nn::make_cnn();
       if (!o.quiet)
         std::printf("data     : Fashion-MNIST, %lld train / %lld test images\n", (long long)train->size(),
                     (long long)test->size());
     }
+    init.reset();
     if (!o.quiet)
       std::printf("model    : %s, %s parameters; AdamW lr %g (%s), batch %lld, seed %llu\n\n", o.model.c_str(),
-                  fmt_count(double(model->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
+                  fmt_count(double(net->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
                   (unsigned long long)o.seed);
-    ag::optim::AdamW opt(model->parameters(), {.lr = o.lr});
+    ag::optim::AdamW adamw(net->parameters(), {.lr = o.lr});
+    auto [model, opt] = lite.setup(net, adamw);
     const int64_t steps_per_epoch =
         gpt ? o.steps_per_epoch : (train->size() + o.batch_size - 1) / o.batch_size;
-    // The schedule is a function of the global step, so a resumed run continues the curve.
-    const auto schedule = o.schedule == "cosine"
-                              ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch * o.epochs)})
-                              : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0});
+    // The schedule follows the optimizer's real steps (a step skipped for an overflow
+    // does not advance it) and is checkpointed, so a resumed run continues the curve.
+    ag::LiteScheduler sched = lite.setup_scheduler(
+        opt, o.schedule == "cosine" ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch * o.epochs)})
+                                    : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0}));
 
-    int start_epoch = 0;
+    int64_t epochs_done = 0;
     double best = 0;
+    std::string kind = o.model;
+    // What a checkpoint holds; Lite adds the grad scaler and the generator's position, so
+    // shuffling and dropout continue as in an uninterrupted run.
+    const ag::LiteState state{{"model", model}, {"optimizer", opt},  {"scheduler", sched},
+                              {"epoch", epochs_done}, {"best", best}, {"model_kind", kind}};
     if (!o.resume.empty()) {
       ag::nn::Metadata meta;
-      ag::nn::StateDict all = ag::nn::load(o.resume, &meta);
-      ag::nn::StateDict m, s;
-      for (auto& [k, v] : all) (k.rfind("model.", 0) == 0 ? m : s)[k.substr(k.find('.') + 1)] = v;
-      AG_CHECK(meta.count("model") && meta["model"] == o.model, "ampgrad-train", o.resume, " holds a ",
-               meta.count("model") ? meta["model"] : std::string("?"), " checkpoint, not ", o.model);
-      model->load_state_dict(m);
-      opt.load_state_dict(s);
-      start_epoch = std::stoi(meta["epoch"]);
-      best = std::stod(meta["best"]);
-      // Continue the random stream where the saved run was, so shuffling and dropout
-      // match an uninterrupted run.
-      ag::set_generator_state(std::stoull(meta["rng_seed"]), std::stoull(meta["rng_offset"]));
-      if (!o.quiet) std::printf("resumed  : %s after epoch %d\n\n", o.resume.c_str(), start_epoch);
+      ag::nn::load(o.resume, &meta);
+      AG_CHECK(meta.count("model_kind") && meta["model_kind"] == o.model, "ampgrad-train", o.resume, " holds a ",
+               meta.count("model_kind") ? meta["model_kind"] : std::string("?"), " checkpoint, not ", o.model);
+      lite.load(o.resume, state);
+      if (!o.quiet) std::printf("resumed  : %s after epoch %lld\n\n", o.resume.c_str(), (long long)epochs_done);
     }
+    const int start_epoch = int(epochs_done);
 
     // ---- training ----
     nlohmann::json log = nlohmann::json::array();
     const auto t_all = Clock::now();
     double total_samples = 0, total_train_time = 0;
-    int64_t global_step = int64_t(start_epoch) * steps_per_epoch;
     for (int epoch = start_epoch + 1; epoch <= o.epochs; ++epoch) {
       model->train();
       const auto t0 = Clock::now();
@@ -218,9 +221,9 @@ int main(int argc, char** argv) {
       // One optimisation step on a batch's loss; both loops below share it.
       auto train_on = [&](const ag::Tensor& loss, int64_t batch_samples) {
         opt.zero_grad();
-        loss.backward();
-        opt.set_lr(schedule->lr(global_step++, o.lr));
+        lite.backward(loss);
         opt.step();
+        sched.step();
         loss_sum += loss.item<double>();
         ++batches;
         samples += batch_samples;
@@ -230,17 +233,18 @@ int main(int argc, char** argv) {
         for (int64_t step = 0; step < o.steps_per_epoch; ++step) {
           auto idx = ag::randint(0, text->size(), {o.batch_size}).to_vector<int64_t>();
           auto b = text->get_batch(idx);
-          ag::Tensor logits = model->forward(b.input);
+          ag::Tensor logits = model(lite.to_device(b.input));
           const int64_t V = text->vocab_size();
-          train_on(ag::cross_entropy(logits.view({-1, V}), b.target.view({-1})), o.batch_size * o.block_size);
+          train_on(ag::cross_entropy(logits.view({-1, V}), lite.to_device(b.target).view({-1})),
+                   o.batch_size * o.block_size);
           bar.update(step + 1, samples, loss_sum / double(batches));
         }
         bar.update(o.steps_per_epoch, samples, loss_sum / double(batches), true);
       } else {
-        ag::data::DataLoader loader(train, {.batch_size = o.batch_size, .shuffle = true});
+        auto loader = lite.setup_dataloader(ag::data::DataLoader(train, {.batch_size = o.batch_size, .shuffle = true}));
         Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet);
         for (const auto& b : loader) {
-          train_on(ag::cross_entropy(model->forward(b.input), b.target), b.input.size(0));
+          train_on(ag::cross_entropy(model(b.input), b.target), b.input.size(0));
           bar.update(batches, samples, loss_sum / double(batches));
         }
         bar.update(loader.num_batches(), samples, loss_sum / double(batches), true);
@@ -253,7 +257,7 @@ int main(int argc, char** argv) {
                             {"seconds", train_time},
                             {gpt ? "tokens_per_s" : "samples_per_s", double(samples) / train_time}};
       if (!gpt) {
-        const double acc = accuracy(*model, *test);
+        const double acc = accuracy(model, lite, *test);
         best = std::max(best, acc);
         rec["test_accuracy"] = acc;
         if (!o.quiet)
@@ -264,16 +268,8 @@ int main(int argc, char** argv) {
       }
       log.push_back(rec);
       if (!o.save.empty()) {
-        ag::nn::StateDict all;
-        for (auto& [k, v] : model->state_dict()) all["model." + k] = v;
-        for (auto& [k, v] : opt.state_dict()) all["optim." + k] = v;
-        const auto [rng_seed, rng_offset] = ag::generator_state();
-        ag::nn::save(o.save, all,
-                     {{"model", o.model},
-                      {"epoch", std::to_string(epoch)},
-                      {"best", std::to_string(best)},
-                      {"rng_seed", std::to_string(rng_seed)},
-                      {"rng_offset", std::to_string(rng_offset)}});
+        epochs_done = epoch;
+        lite.save(o.save, state);
       }
     }
 
@@ -283,7 +279,9 @@ int main(int argc, char** argv) {
     std::printf("\nsummary: %s, %d epochs in %s, mean %s %s/s", o.model.c_str(), o.epochs - start_epoch,
                 fmt_time(total).c_str(), fmt_count(rate).c_str(), gpt ? "tokens" : "samples");
     if (!gpt) std::printf(", best test accuracy %.2f%%", 100 * best);
-    std::printf(" (precision %s)\n", o.precision.c_str());
+    std::printf(" (precision %s", ag::precision_name(lite.precision()));
+    if (lite.skipped_steps()) std::printf(", %lld steps skipped for overflow", (long long)lite.skipped_steps());
+    std::printf(")\n");
     if (gpt) {
       auto prompt = text->encode("\n");
       auto out = gpt_model->generate(prompt, o.sample_len, 0.8, o.seed);
@@ -291,7 +289,11 @@ int main(int argc, char** argv) {
     }
     if (!o.json.empty()) {
       std::ofstream f(o.json);
-      f << nlohmann::json{{"model", o.model}, {"precision", o.precision}, {"epochs", log},
+      f << nlohmann::json{{"model", o.model},
+                          {"precision", ag::precision_name(lite.precision())},
+                          {"precision_reason", lite.precision_reason()},
+                          {"skipped_steps", lite.skipped_steps()},
+                          {"epochs", log},
                           {"best_test_accuracy", best}, {"mean_rate", rate}}
                .dump(2)
         << "\n";

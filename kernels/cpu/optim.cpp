@@ -53,9 +53,14 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
     const A step_size = A(s.lr) / bc1;
     const A decay = s.decoupled ? A(1 - s.lr * s.weight_decay) : A(1);
     const A l2 = s.decoupled ? A(0) : A(s.weight_decay);
-    parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
+    // One loop per master/no-master case, without branches or assumed aliasing, so that
+    // it vectorizes (it did not with the branch inside: a third of a small model's step).
+    auto run = [&]<bool kMaster>(int64_t b, int64_t e) {
+#pragma omp simd
       for (int64_t i = b; i < e; ++i) {
-        A w = mw ? A(mw[i]) : cast<A>(p[i]);
+        A w;
+        if constexpr (kMaster) w = A(mw[i]);
+        else w = cast<A>(p[i]);
         const A gi = cast<A>(g[i]) + l2 * w;
         w *= decay;
         const A a = b1 * A(m1[i]) + omb1 * gi;
@@ -63,9 +68,13 @@ void CpuBackend::adam_step(const Tensor& param, const Tensor& grad, const Tensor
         m1[i] = float(a);
         m2[i] = float(v);
         w -= step_size * a / (std::sqrt(v) / bc2_sqrt + eps);
-        if (mw) mw[i] = float(w);
+        if constexpr (kMaster) mw[i] = float(w);
         p[i] = cast<T>(w);
       }
+    };
+    parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
+      if (mw) run.template operator()<true>(b, e);
+      else run.template operator()<false>(b, e);
     });
   });
 }
