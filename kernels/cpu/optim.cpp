@@ -19,19 +19,30 @@ void CpuBackend::sgd_step(const Tensor& param, const Tensor& grad, const Tensor&
     float* buf = momentum.defined() ? momentum.data_ptr<float>() : nullptr;
     float* m = master.defined() ? master.data_ptr<float>() : nullptr;
     const A lr = A(s.lr), mom = A(s.momentum), damp = A(1 - s.dampening), wd = A(s.weight_decay);
-    parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
+    const bool first = s.first, nesterov = s.nesterov;
+    // Branch-free loops per (master, momentum) case so that they vectorize, as Adam's.
+    auto run = [&]<bool kMaster, bool kMomentum>(int64_t b, int64_t e) {
+#pragma omp simd
       for (int64_t i = b; i < e; ++i) {
-        A w = m ? A(m[i]) : cast<A>(p[i]);
+        A w;
+        if constexpr (kMaster) w = A(m[i]);
+        else w = cast<A>(p[i]);
         A d = cast<A>(g[i]) + wd * w;
-        if (buf) {
-          const A v = s.first ? d : mom * A(buf[i]) + damp * d;
+        if constexpr (kMomentum) {
+          const A v = first ? d : mom * A(buf[i]) + damp * d;  // loop-invariant choices
           buf[i] = float(v);
-          d = s.nesterov ? d + mom * v : v;
+          d = nesterov ? d + mom * v : v;
         }
         w -= lr * d;
-        if (m) m[i] = float(w);
+        if constexpr (kMaster) m[i] = float(w);
         p[i] = cast<T>(w);
       }
+    };
+    parallel_for(0, param.numel(), 16384, [&](int64_t b, int64_t e) {
+      if (m && buf) run.template operator()<true, true>(b, e);
+      else if (m) run.template operator()<true, false>(b, e);
+      else if (buf) run.template operator()<false, true>(b, e);
+      else run.template operator()<false, false>(b, e);
     });
   });
 }
