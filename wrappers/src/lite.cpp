@@ -297,29 +297,22 @@ StateItem::StateItem(LiteScheduler& scheduler) {
   };
 }
 
-StateItem::StateItem(int64_t& counter) {
-  int64_t* c = &counter;
-  save_ = [c](const std::string& name, nn::StateDict& t, nn::Metadata&) {
-    t[name] = scalar_tensor(*c, TensorOptions().dtype(kInt64));
+// A number saved as a 0-dim tensor of its own dtype (int64 or float64).
+template <class T>
+void StateItem::bind_number(T& value, const char* what) {
+  T* v = &value;
+  save_ = [v](const std::string& name, nn::StateDict& t, nn::Metadata&) {
+    t[name] = scalar_tensor(*v, TensorOptions().dtype(std::is_integral_v<T> ? kInt64 : kFloat64));
   };
-  load_ = [c](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
+  load_ = [v, what](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
     const auto it = t.find(name);
-    need(it != t.end(), path, "counter \"" + name + "\"");
-    *c = it->second.item<int64_t>();
+    need(it != t.end(), path, std::string(what) + " \"" + name + "\"");
+    *v = it->second.item<T>();
   };
 }
 
-StateItem::StateItem(double& value) {
-  double* v = &value;
-  save_ = [v](const std::string& name, nn::StateDict& t, nn::Metadata&) {
-    t[name] = scalar_tensor(*v, TensorOptions().dtype(kFloat64));
-  };
-  load_ = [v](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
-    const auto it = t.find(name);
-    need(it != t.end(), path, "value \"" + name + "\"");
-    *v = it->second.item<double>();
-  };
-}
+StateItem::StateItem(int64_t& counter) { bind_number(counter, "counter"); }
+StateItem::StateItem(double& value) { bind_number(value, "value"); }
 
 StateItem::StateItem(std::string& text) {
   std::string* s = &text;

@@ -253,6 +253,8 @@ class StateItem {
             const std::string& path) const;
 
  private:
+  template <class T>
+  void bind_number(T& value, const char* what);
   std::function<void(const std::string&, nn::StateDict&, nn::Metadata&)> save_;
   std::function<void(const std::string&, const nn::StateDict&, const nn::Metadata&, const std::string&)> load_;
 };
