@@ -57,7 +57,10 @@ Device::Device(std::string_view spec) {
 
 std::string Device::str() const {
   std::string s = device_type_name(type);
-  if (type == DeviceType::CUDA) s += ":" + std::to_string(index);
+  if (type == DeviceType::CUDA) {
+    s += ':';  // two appends: GCC 12 warns falsely on ":" + std::to_string (its bug 105651)
+    s += std::to_string(index);
+  }
   return s;
 }
 
