@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <tuple>
@@ -148,11 +149,21 @@ StateDict load(const std::string& path, Metadata* metadata) {
   AG_CHECK(nul == std::string::npos, "load", path, ": malformed header: a NUL byte at offset ", nul,
            " (the padding must be spaces)");
   nlohmann::json header;
+  // A name given twice would silently keep the last entry (as a JSON object does): refuse.
+  std::string duplicate;
+  std::set<std::string> top_keys;
+  const auto check_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(h);  // the trailing space padding is JSON whitespace
+    header = nlohmann::json::parse(h, check_keys);  // the trailing space padding is JSON whitespace
   } catch (const std::exception& e) {
     AG_ERROR("load", path, ": malformed header: ", e.what());
   }
+  AG_CHECK(duplicate.empty(), "load", path, ": malformed header: the name '", duplicate, "' appears twice");
 
   // First the whole header is checked, then the data is read: a bad file allocates nothing.
   struct Entry {

@@ -251,6 +251,10 @@ TEST(SafetensorsSpec, MalformedFilesAreRefused) {
   cases.push_back({"array", st_file("[]", {}), "header does not start with '{'"});
   cases.push_back({"bad-json", st_file(R"({"w":{"dtype":"F32",)", f32x4), "malformed header"});
   cases.push_back({"trailing-junk", st_file(R"({}x)", {}), "malformed header"});
+  cases.push_back({"duplicate-name",
+                   st_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                           R"("w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", f32x4),
+                   "the name 'w' appears twice"});
   cases.push_back({"nul-padding", [] {
                      Bytes b;
                      put_le(b, 8, 8);
