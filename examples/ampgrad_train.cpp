@@ -58,8 +58,9 @@ struct Options {
 // One line per epoch, redrawn in place on a terminal, printed once at the end otherwise.
 class Progress {
  public:
-  Progress(int epoch, int epochs, int64_t total, bool enabled)
-      : epoch_(epoch), epochs_(epochs), total_(total), enabled_(enabled), tty_(isatty(1)), t0_(Clock::now()) {}
+  Progress(int epoch, int epochs, int64_t total, bool enabled, const char* unit)
+      : epoch_(epoch), epochs_(epochs), total_(total), enabled_(enabled), tty_(isatty(1)), unit_(unit),
+        t0_(Clock::now()) {}
   void update(int64_t done, int64_t samples, double loss, bool final = false) {
     if (!enabled_ || (!tty_ && !final)) return;
     const double el = seconds_since(t0_);
@@ -68,9 +69,9 @@ class Progress {
     const int width = 24, fill = int(width * done / std::max<int64_t>(total_, 1));
     const double rate = samples / std::max(el, 1e-9);
     const double left = done ? el * double(total_ - done) / double(done) : 0;
-    std::printf("\repoch %d/%d [%s%s] %lld/%lld  %s samples/s  loss %.4f  %s %s ", epoch_, epochs_,
+    std::printf("\repoch %d/%d [%s%s] %lld/%lld  %s %s/s  loss %.4f  %s %s ", epoch_, epochs_,
                 std::string(size_t(fill), '=').c_str(), std::string(size_t(width - fill), ' ').c_str(),
-                (long long)done, (long long)total_, fmt_count(rate).c_str(), loss, final ? "took" : "left",
+                (long long)done, (long long)total_, fmt_count(rate).c_str(), unit_, loss, final ? "took" : "left",
                 fmt_time(final ? el : left).c_str());
     if (final) std::printf("\n");
     std::fflush(stdout);
@@ -80,6 +81,7 @@ class Progress {
   int epoch_, epochs_;
   int64_t total_;
   bool enabled_, tty_;
+  const char* unit_;
   Clock::time_point t0_;
   double last_ = -1;
 };
@@ -229,7 +231,7 @@ int main(int argc, char** argv) {
         samples += batch_samples;
       };
       if (gpt) {
-        Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet);
+        Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet, "tokens");
         for (int64_t step = 0; step < o.steps_per_epoch; ++step) {
           auto idx = ag::randint(0, text->size(), {o.batch_size}).to_vector<int64_t>();
           auto b = text->get_batch(idx);
@@ -242,7 +244,7 @@ int main(int argc, char** argv) {
         bar.update(o.steps_per_epoch, samples, loss_sum / double(batches), true);
       } else {
         auto loader = lite.setup_dataloader(ag::data::DataLoader(train, {.batch_size = o.batch_size, .shuffle = true}));
-        Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet);
+        Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet, "samples");
         for (const auto& b : loader) {
           train_on(ag::cross_entropy(model(b.input), b.target), b.input.size(0));
           bar.update(batches, samples, loss_sum / double(batches));
