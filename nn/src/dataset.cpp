@@ -1,5 +1,7 @@
 #include "ampgrad/data/dataset.h"
 
+#include <omp.h>
+
 #include "ampgrad/autograd.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
@@ -87,6 +89,9 @@ void DataLoader::Iterator::load() {
   }
   if (loader_->options_.prefetch) {
     next_ = std::async(std::launch::async, [loader = loader_, order = order_, next] {
+              // One thread: an OpenMP team for this short-lived thread would be created for
+              // every batch and compete with the training step's team for the cores.
+              omp_set_num_threads(1);
               Iterator tmp;
               tmp.loader_ = loader;
               tmp.order_ = order;
