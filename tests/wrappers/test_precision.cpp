@@ -130,6 +130,20 @@ TEST(PrecisionAuto, ResolutionTable) {
   }
 }
 
+TEST(PrecisionAuto, BuildWithoutOneDnnOnlyEmulatesBFloat16SoAutoStaysFloat32) {
+  hw::HardwareProfile p = prof::cpu_amx();
+  p.built_with_onednn = false;
+  p.onednn_isa = "none (built without oneDNN)";
+  const hw::Verdict v = hw::verdict(p, Device(kCPU), kBFloat16);
+  EXPECT_EQ(v.support, hw::Support::Emulated);
+  EXPECT_TRUE(agt::contains(v.reason, "built without oneDNN")) << v.reason;
+  const PrecisionDecision d = resolve_precision("auto", "cpu", p);
+  EXPECT_EQ(d.precision, Precision::True32);
+  EXPECT_TRUE(agt::contains(d.reason, "built without oneDNN")) << d.reason;
+  EXPECT_TRUE(agt::contains(resolve_precision("bf16-mixed", "cpu", p).warning, "emulated")) << d.reason;
+  EXPECT_EQ(hw::verdict(p, Device(kCPU), kFloat32).support, hw::Support::Native);
+}
+
 TEST(PrecisionAuto, OldCudaDeviceFallsBackToFloat32WithTheReason) {
   hw::HardwareProfile p = prof::t4();
   p.cuda[0].name = "Tesla P100-PCIE-16GB";

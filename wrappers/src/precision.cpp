@@ -133,10 +133,14 @@ namespace {
 std::pair<Precision, std::string> auto_precision(const std::vector<Device>& devices,
                                                  const hw::HardwareProfile& profile) {
   if (devices.front().is_cpu()) {
+    // The verdict decides (it knows the build too); the reason names the feature.
+    const hw::Verdict v = hw::verdict(profile, devices.front(), kBFloat16);
     const auto& f = profile.cpu;
-    if (f.amx_bf16) return {Precision::MixedBF16, "auto: the CPU has AMX-BF16, so bfloat16 matmuls run natively"};
-    if (f.avx512_bf16)
-      return {Precision::MixedBF16, "auto: the CPU has AVX512-BF16, so bfloat16 matmuls run natively"};
+    if (v.support == hw::Support::Native)
+      return {Precision::MixedBF16, std::string("auto: the CPU has ") + (f.amx_bf16 ? "AMX-BF16" : "AVX512-BF16") +
+                                        ", so bfloat16 matmuls run natively"};
+    if (f.amx_bf16 || f.avx512_bf16)
+      return {Precision::True32, "auto: bfloat16 would only be emulated (" + v.reason + "); float32 is faster"};
     return {Precision::True32,
             "auto: the CPU has neither AMX-BF16 nor AVX512-BF16, so bfloat16 would only be emulated "
             "through float32; float32 is faster"};

@@ -45,7 +45,8 @@ const char* support_name(Support s) {
 
 namespace {
 
-Verdict cpu_verdict(const CpuFeatures& f, DType dt) {
+// What the CPU's features allow, before asking whether the build uses them.
+Verdict cpu_features_verdict(const CpuFeatures& f, DType dt) {
   switch (dt) {
     case kFloat32: return {Support::Native, "float32 is the CPU's native floating type"};
     case kFloat64: return {Support::Native, "float64 is native on the CPU"};
@@ -66,6 +67,16 @@ Verdict cpu_verdict(const CpuFeatures& f, DType dt) {
   }
   return {Support::Unsupported,
           std::string(dtype_name(dt)) + " is not a floating compute dtype for mixed precision"};
+}
+
+// The 16-bit hardware paths are oneDNN's kernels; the Eigen-only build multiplies float32
+// copies, so there even a capable CPU only emulates.
+Verdict cpu_verdict(const HardwareProfile& p, DType dt) {
+  Verdict v = cpu_features_verdict(p.cpu, dt);
+  if (v.support == Support::Native && is_reduced_floating(dt) && !p.built_with_onednn)
+    return {Support::Emulated, v.reason + ", but ampgrad was built without oneDNN: " + dtype_name(dt) +
+                                   " matmuls are computed through float32 (Eigen)"};
+  return v;
 }
 
 Verdict cuda_verdict(const HardwareProfile& p, int index, DType dt) {
@@ -100,7 +111,7 @@ Verdict cuda_verdict(const HardwareProfile& p, int index, DType dt) {
 }  // namespace
 
 Verdict verdict(const HardwareProfile& profile, Device device, DType dtype) {
-  if (device.is_cpu()) return cpu_verdict(profile.cpu, dtype);
+  if (device.is_cpu()) return cpu_verdict(profile, dtype);
   return cuda_verdict(profile, device.index, dtype);
 }
 
