@@ -277,3 +277,21 @@ TEST(AutocastWideGrad, MatmulOfACastWidensAndHooksStillSeeTheCastDtype) {
   EXPECT_EQ(seen, kBFloat16);
   EXPECT_TRUE(agt::allclose(w.grad(), ref.to(kBFloat16).to(kFloat32), 0, 0));
 }
+
+// A weight used by two ops in one region is cast once (the cache); both consumers hand
+// back float32 gradients, which the engine sums before the cast's backward.
+TEST(AutocastWideGrad, CachedCastUsedTwiceSumsBothGradients) {
+  manual_seed(5);
+  Tensor w = randn({6, 4}).requires_grad_();
+  Tensor x1 = randn({3, 4}), x2 = randn({5, 4});
+  {
+    AutocastGuard g(kCPU, kBFloat16);
+    Tensor y = sum(linear(x1, w)) + sum(linear(x2, w));
+    EXPECT_EQ(autocast::cache_size(), 1u);
+    y.backward();
+  }
+  ASSERT_EQ(w.grad().dtype(), kFloat32);
+  // d/dw sum(x w^T) = column sums of x, for every row of w.
+  Tensor colsum = (sum(x1.to(kBFloat16).to(kFloat64), {0}) + sum(x2.to(kBFloat16).to(kFloat64), {0})).to(kFloat32);
+  EXPECT_TRUE(agt::allclose(w.grad(), colsum.unsqueeze(0).expand({6, 4}), 1e-5, 1e-5));
+}
