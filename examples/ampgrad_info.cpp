@@ -88,6 +88,17 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
                   hw::support_name(v.support), v.reason.c_str());
     }
   }
+
+  // What precision "auto" picks here (docs/precision.md), per accelerator.
+  std::printf("\nprecision \"auto\"\n");
+  for (const char* acc : {"cpu", "cuda"}) {
+    try {
+      const ag::PrecisionDecision d = ag::resolve_precision("auto", acc, p);
+      std::printf("  %-7s %-11s %s\n", acc, ag::precision_name(d.precision), d.reason.c_str());
+    } catch (const ag::Error& e) {
+      std::printf("  %-7s %-11s %s\n", acc, "-", e.what());
+    }
+  }
 }
 
 }  // namespace
