@@ -410,3 +410,25 @@ TEST(LiteCheckpoint, FileIsSafetensorsWithTheScalerAndMissingItemsAreNamed) {
   EXPECT_AG_ERROR(c.lite.load(path, c.state()), "holds grad-scaler state (saved under 16-mixed), but this Lite runs bf16-mixed");
   EXPECT_AG_ERROR(a.lite.save(path, {{"lite.x", a.step}}), "reserved");
 }
+
+TEST(LiteMisc, ClipGradientsWorksUnderEveryPrecision) {
+  for (const char* p : {"32-true", "64-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"}) {
+    SCOPED_TRACE(p);
+    manual_seed(6);
+    auto net = small_mlp();
+    optim::SGD sgd(net->parameters(), {.lr = 0.1});
+    LiteOptions o = opts(p);
+    o.scaler.init_scale = 64;  // 100 * 65536 would overflow float16: a (correctly) skipped step
+    Lite lite(o);
+    auto [model, opt] = lite.setup(net, sgd);
+    lite.backward(sum(model(randn({4, 6})) * 100.0f));
+    const double norm = lite.clip_gradients(model, opt, 0.5);
+    EXPECT_TRUE(std::isfinite(norm));
+    EXPECT_GT(norm, 0.5);  // the true norm, before clipping (unscaled under 16-mixed)
+    EXPECT_LT(norm, 1e4);
+    double sq = 0;
+    for (const Tensor& t : net->parameters()) sq += sum(t.grad().to(kFloat64) * t.grad().to(kFloat64)).item<double>();
+    EXPECT_NEAR(std::sqrt(sq), 0.5, 0.5 * 0.02);  // clipped to max_norm (16-bit gradients round)
+    EXPECT_TRUE(opt.step());
+  }
+}
