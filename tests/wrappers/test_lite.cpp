@@ -299,6 +299,15 @@ TEST(LiteMisc, DescribeToDeviceDataLoaderAndAutocast) {
   EXPECT_TRUE(agt::allclose(randn({3}), r1, 0, 0));
 }
 
+TEST(LiteMisc, WrappersThatWereNeverSetUpSaySo) {
+  LiteModule<nn::Sequential> model;
+  EXPECT_AG_ERROR(model(randn({2, 6})), "not set up");
+  LiteOptimizer opt;
+  EXPECT_AG_ERROR(opt.step(), "not set up");
+  EXPECT_AG_ERROR(opt.zero_grad(), "not set up");
+  EXPECT_AG_ERROR(parse_output_conversion("float32"), "allowed: \"to-default\", \"to-input-dtype\", \"none\"");
+}
+
 TEST(LiteMisc, InitModuleBuildsInTheParameterDtype) {
   Lite lite(opts("bf16-true"));
   std::shared_ptr<nn::Linear> net;

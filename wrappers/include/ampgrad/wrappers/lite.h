@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "ampgrad/data/dataset.h"
+#include "ampgrad/error.h"
 #include "ampgrad/nn/module.h"
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
@@ -122,6 +123,7 @@ class LiteModule {
 
   template <class... Args>
   auto forward(const Args&... args) {
+    AG_CHECK(module_ && core_, "LiteModule", "not set up (use lite.setup or lite.setup_module)");
     const PrecisionPlugin& plugin = *core_->plugin;
     const OutputConversion mode = core_->options.output_conversion;
     DType out_dtype = get_default_dtype();
@@ -162,8 +164,11 @@ class LiteOptimizer {
   /// The precision's step: under 16-mixed, unscale (unless clip_gradients did), skip when
   /// a gradient is inf or NaN. Returns whether the parameters were updated.
   bool step();
-  void zero_grad() { opt_->zero_grad(); }
-  optim::Optimizer& optimizer() const { return *opt_; }
+  void zero_grad() { optimizer().zero_grad(); }
+  optim::Optimizer& optimizer() const {
+    AG_CHECK(opt_ != nullptr, "LiteOptimizer", "not set up (use lite.setup or lite.setup_optimizer)");
+    return *opt_;
+  }
   optim::Optimizer* operator->() const { return opt_; }
   /// Steps that updated the parameters, and steps skipped for inf/NaN gradients.
   int64_t steps_taken() const { return counters_->taken; }
