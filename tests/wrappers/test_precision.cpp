@@ -3,6 +3,8 @@
 #include "support/testing.h"
 
 #include <cstdlib>
+#include <set>
+#include <typeinfo>
 
 using namespace ag;
 namespace prof = ag::hw::profiles;
@@ -221,12 +223,14 @@ TEST(PrecisionPlugins, DtypesAndHooksPerPrecision) {
                       {Precision::MixedBF16, kFloat32, kBFloat16, true, false},
                       {Precision::True16, kFloat16, kFloat16, false, false},
                       {Precision::TrueBF16, kBFloat16, kBFloat16, false, false}};
+  std::set<std::string> classes;  // one plugin class per precision
   for (const Row& r : rows) {
     SCOPED_TRACE(precision_name(r.p));
     EXPECT_EQ(parameter_dtype(r.p), r.param);
     EXPECT_EQ(compute_dtype(r.p), r.compute);
     auto plugin = make_precision_plugin(r.p, kCPU);
     EXPECT_EQ(plugin->precision(), r.p);
+    classes.insert(typeid(*plugin).name());
     {
       ForwardContext ctx = plugin->forward_context();
       EXPECT_EQ(ctx.active(), r.autocast);
@@ -249,4 +253,5 @@ TEST(PrecisionPlugins, DtypesAndHooksPerPrecision) {
     plugin->convert_module(*net);
     EXPECT_EQ(net->parameters()[0].dtype(), r.param);
   }
+  EXPECT_EQ(classes.size(), 6u);
 }

@@ -227,9 +227,12 @@ bool PrecisionPlugin::optimizer_step(optim::Optimizer& optimizer) {
 
 namespace {
 
-class PlainPlugin final : public PrecisionPlugin {
+// 32-true, 64-true, 16-true and bf16-true: one class each; the base's hooks already do
+// what they need from the precision (convert the module and inputs to its dtype).
+template <Precision P>
+class TruePlugin final : public PrecisionPlugin {
  public:
-  PlainPlugin(Precision p, DeviceType t) : PrecisionPlugin(p, t) {}
+  explicit TruePlugin(DeviceType t) : PrecisionPlugin(P, t) {}
 };
 
 class BF16MixedPlugin final : public PrecisionPlugin {
@@ -263,8 +266,12 @@ std::unique_ptr<PrecisionPlugin> make_precision_plugin(Precision p, DeviceType d
   switch (p) {
     case Precision::Mixed16: return std::make_unique<F16MixedPlugin>(device_type, options.scaler);
     case Precision::MixedBF16: return std::make_unique<BF16MixedPlugin>(device_type);
-    default: return std::make_unique<PlainPlugin>(p, device_type);
+    case Precision::True32: return std::make_unique<TruePlugin<Precision::True32>>(device_type);
+    case Precision::True64: return std::make_unique<TruePlugin<Precision::True64>>(device_type);
+    case Precision::True16: return std::make_unique<TruePlugin<Precision::True16>>(device_type);
+    case Precision::TrueBF16: return std::make_unique<TruePlugin<Precision::TrueBF16>>(device_type);
   }
+  AG_ERROR("precision", "unknown precision value ", int(p));
 }
 
 }  // namespace ampgrad
