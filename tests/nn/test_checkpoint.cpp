@@ -13,11 +13,7 @@
 using namespace ag;
 namespace fs = std::filesystem;
 
-using agt::Bytes;
-using agt::TempDir;
-using agt::error_of;
-using agt::read_bytes;
-using agt::write_bytes;
+using namespace agt;  // TempDir, Bytes, error_of, read_bytes, write_bytes
 constexpr auto has = agt::contains;
 
 namespace {
