@@ -276,6 +276,7 @@ TEST(LiteMisc, DescribeToDeviceDataLoaderAndAutocast) {
   EXPECT_EQ(lite.device(), Device(kCPU));
   EXPECT_TRUE(agt::contains(lite.describe(), "precision: bf16-mixed")) << lite.describe();
   EXPECT_TRUE(agt::contains(lite.describe(), "cpu bfloat16: native")) << lite.describe();
+  EXPECT_TRUE(agt::contains(lite.describe(), "device   : cpu (the CPU was requested)")) << lite.describe();
   {
     ForwardContext ctx = lite.autocast();
     EXPECT_TRUE(autocast::is_enabled(kCPU));

@@ -38,7 +38,7 @@ struct LiteBackwardScope {
   ~LiteBackwardScope() { --t_lite_backward_depth; }
 };
 
-std::string describe(const hw::HardwareProfile& p, const PrecisionDecision& d, const AcceleratorChoice& acc) {
+std::string describe(const hw::HardwareProfile& p, const PrecisionDecision& d) {
   std::ostringstream os;
   const auto& c = p.cpu;
   os << "cpu      : " << c.model_name << ", " << c.logical_cores << " logical cores; avx2 " << (c.avx2 ? "yes" : "no")
@@ -52,7 +52,7 @@ std::string describe(const hw::HardwareProfile& p, const PrecisionDecision& d, c
        << g.sm_count << " SMs, " << (g.total_memory >> 20) << " MiB\n";
   os << "device   : ";
   for (size_t i = 0; i < d.devices.size(); ++i) os << (i ? ", " : "") << d.devices[i].str();
-  os << " (" << acc.reason << ")\n";
+  os << " (" << d.accelerator_reason << ")\n";
   os << "precision: " << precision_name(d.precision) << " (" << d.reason << ")";
   for (const Device& dev : d.devices) {
     const hw::Verdict v = hw::verdict(p, dev, compute_dtype(d.precision));
@@ -139,7 +139,7 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   core_->decision = resolve_precision(requested, o.accelerator, profile);
   core_->device = core_->decision.devices.front();
   core_->plugin = make_precision_plugin(core_->decision.precision, core_->device.type, {.scaler = o.scaler});
-  core_->description = ampgrad::describe(profile, core_->decision, resolve_accelerator(o.accelerator, profile));
+  core_->description = ampgrad::describe(profile, core_->decision);
   if (!core_->decision.warning.empty()) core_->warn(core_->decision.warning);
 }
 

@@ -171,6 +171,7 @@ PrecisionDecision resolve_precision(std::string_view requested, std::string_view
   const auto [auto_p, auto_reason] = auto_precision(acc.devices, profile);
   PrecisionDecision d;
   d.devices = acc.devices;
+  d.accelerator_reason = acc.reason;
   d.warning = req.warning;
   if (!req.precision) {
     d.precision = auto_p;

@@ -70,8 +70,9 @@ AcceleratorChoice resolve_accelerator(std::string_view accelerator, const hw::Ha
 struct PrecisionDecision {
   Precision precision = Precision::True32;
   std::string reason;
-  /// The devices in use (from resolve_accelerator).
+  /// The devices in use, and why that accelerator (from resolve_accelerator).
   std::vector<Device> devices;
+  std::string accelerator_reason;
   /// One line when an explicit precision runs emulated (correct but slower) on one of the
   /// devices, or a deprecated spelling was used; else empty.
   std::string warning;
