@@ -12,9 +12,11 @@ deps:
 	@scripts/install-deps
 
 # Python tooling for the safetensors interop test (a venv under build/pyenv, from PyPI).
-# Without network the test skips and says how to install it; .ci/run requires it.
+# Without network the test skips and says how to install it; in CI (CI=true) a failed
+# install fails, and so would the test (tests/support/testing.h: AGT_SKIP_UNLESS_CI).
 test-deps:
-	@scripts/install-test-deps || echo "make: scripts/install-test-deps failed; the safetensors interop test will skip"
+	@scripts/install-test-deps || { if [ "$$CI" = true ]; then exit 1; fi; \
+	  echo "make: scripts/install-test-deps failed; the safetensors interop test will skip"; }
 
 # Release build with oneDNN (and CUDA when its toolkit is found).
 build: deps
@@ -30,12 +32,13 @@ build-lite: deps
 demo: build
 	@scripts/demo $(BUILD)
 
-# Both configurations; the last lines are ctest's summary of the full build.
+# Both configurations; each ends with the skipped tests and their reasons, and a line
+# "ctest: N passed, N failed, N skipped" (scripts/run-ctest); the full build's comes last.
 test: build build-lite test-deps
 	@echo "== ctest: Eigen-only build ($(BUILD_LITE)) =="
-	@cd $(BUILD_LITE) && ctest --output-on-failure -j $(JOBS)
+	@JOBS=$(JOBS) scripts/run-ctest $(BUILD_LITE)
 	@echo "== ctest: full build ($(BUILD)) =="
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@JOBS=$(JOBS) scripts/run-ctest $(BUILD)
 
 bench: build
 	@scripts/bench $(BUILD)

@@ -137,7 +137,7 @@ TEST(Autocast, GuardNestingExceptionsAndDisable) {
 }
 
 TEST(Autocast, UnsupportedDeviceFailsAtTheGuard) {
-  if (!hw::query().cuda.empty()) GTEST_SKIP() << "this machine has a CUDA device";
+  if (!hw::query().cuda.empty()) AGT_SKIP_HARDWARE() << "this machine has a CUDA device, so cuda is not unsupported here";
   EXPECT_AG_ERROR(AutocastGuard(kCUDA, kFloat16), "[AutocastGuard] float16 is unsupported on cuda");
   // an emulated dtype runs: float16 on this CPU (no AVX512-FP16) or native where it exists
   AutocastGuard ok(kCPU, kFloat16);

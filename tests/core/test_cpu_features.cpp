@@ -1,7 +1,7 @@
 // Consistency checks for ampgrad/hw/cpu.h. They cannot assume a particular
 // CPU, so they check implications that every correct detection satisfies, and
 // cross-check against what the kernel reports in /proc/cpuinfo where present.
-#include <gtest/gtest.h>
+#include "support/testing.h"
 
 #include <fstream>
 #include <iostream>
@@ -37,7 +37,7 @@ TEST(CpuFeatures, BasicFields) {
   EXPECT_EQ(f.logical_cores, static_cast<int>(std::thread::hardware_concurrency()));
   if (!kX86) {
     EXPECT_FALSE(f.sse42 || f.avx || f.avx512f || f.amx_tile);
-    GTEST_SKIP() << "non-x86 build";
+    AGT_SKIP_HARDWARE() << "non-x86 build: no cpuid";
   }
   std::cout << "[ info     ] " << f.vendor << " / " << f.model_name << " / " << f.logical_cores
             << " threads; avx2=" << f.avx2 << " f16c=" << f.f16c << " avx512f=" << f.avx512f
@@ -71,7 +71,7 @@ TEST(CpuFeatures, Implications) {
 // flags must appear there, and on a normal Linux system the converse holds
 // for the non-AMX ones as well.
 TEST(CpuFeatures, AgreesWithProcCpuinfo) {
-  if (!kX86) GTEST_SKIP() << "non-x86 build";
+  if (!kX86) AGT_SKIP_HARDWARE() << "non-x86 build: no cpuid";
   std::ifstream in("/proc/cpuinfo");
   std::string line, vendor, model, flags_line;
   while (std::getline(in, line)) {
@@ -79,7 +79,7 @@ TEST(CpuFeatures, AgreesWithProcCpuinfo) {
     if (model.empty() && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
     if (flags_line.empty() && line.rfind("flags", 0) == 0) flags_line = line.substr(line.find(':') + 1);
   }
-  if (flags_line.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags";
+  if (flags_line.empty()) AGT_SKIP_HARDWARE() << "no flags line in /proc/cpuinfo to compare with";
   std::set<std::string> flags;
   std::istringstream ss(flags_line);
   for (std::string w; ss >> w;) flags.insert(w);

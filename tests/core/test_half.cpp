@@ -6,7 +6,7 @@
 // tests cover all 2^32 fp32 bit patterns (chunked, OpenMP-parallel; about
 // 2-11 s each at -O2 on 2 cores); --gtest_filter=-*Exhaustive* skips them for
 // quick or sanitizer runs. All 2^16 16-bit patterns are always covered.
-#include <gtest/gtest.h>
+#include "support/testing.h"
 
 #include <algorithm>
 #include <array>
@@ -185,7 +185,7 @@ void expect_no_mismatch(const Mismatches& m) {
 
 #define AG_SKIP_UNLESS_VECTORIZED(bf16)                                                          \
   if (!vectorized_convert_available(bf16))                                                       \
-  GTEST_SKIP() << "CPU lacks the " << ((bf16) ? "AVX512-BF16" : "F16C/AVX-512")                  \
+  AGT_SKIP_HARDWARE() << "CPU lacks the " << ((bf16) ? "AVX512-BF16" : "F16C/AVX-512")                  \
                << " instructions for ConvertPath::Vectorized"
 
 template <class T>
@@ -475,11 +475,16 @@ TEST(BFloat16EdgeCases, FloatToBFloat16) {
 // ISA-specific fp16 kernels (the 256-bit F16C one is never picked on AVX-512
 // machines, so it is exercised explicitly).
 
+#define AG_SKIP_UNLESS_HALF_ISA(isa)                                                       \
+  if (!detail::half_isa_available(isa))                                                    \
+  AGT_SKIP_HARDWARE() << "CPU lacks " << ((isa) == detail::HalfIsa::Avx512 ? "AVX512-F/BW/VL" : "AVX and F16C") \
+                      << " for this float16 kernel"
+
 class HalfIsaTest : public ::testing::TestWithParam<detail::HalfIsa> {};
 
 TEST_P(HalfIsaTest, ExhaustiveMatchesScalar) {
   const detail::HalfIsa isa = GetParam();
-  if (!detail::half_isa_available(isa)) GTEST_SKIP() << "kernel not supported on this CPU";
+  AG_SKIP_UNLESS_HALF_ISA(isa);
   expect_no_mismatch(exhaustive_f32<Half>(
       [isa](const float* s, Half* d, size_t n) { detail::convert_half_isa(s, d, n, isa); },
       [](uint32_t in) { return detail::float_to_half_bits(bitsf(in)); }));
@@ -496,7 +501,7 @@ TEST_P(HalfIsaTest, ExhaustiveMatchesScalar) {
 
 TEST_P(HalfIsaTest, Tails) {
   const detail::HalfIsa isa = GetParam();
-  if (!detail::half_isa_available(isa)) GTEST_SKIP() << "kernel not supported on this CPU";
+  AG_SKIP_UNLESS_HALF_ISA(isa);
   std::vector<float> src(40);
   for (size_t i = 0; i < src.size(); ++i) src[i] = 0.37f * static_cast<float>(i) - 3.0f;
   for (size_t n = 0; n <= 32; ++n) {

@@ -409,7 +409,7 @@ std::string python_with_safetensors() {
 #define SKIP_WITHOUT_SAFETENSORS(py)                                                           \
   const std::string py = python_with_safetensors();                                           \
   if (py.empty())                                                                              \
-    GTEST_SKIP() << "the Python package safetensors (with numpy) is not importable by "       \
+    AGT_SKIP_UNLESS_CI() << "the Python package safetensors (with numpy) is not importable by "       \
                  << test_python() << "; install it with scripts/install-test-deps (or point " \
                  << "AMPGRAD_TEST_PYTHON at a python that has it)"
 

@@ -72,6 +72,27 @@ ag::Tensor rand64(const std::vector<int64_t>& shape, double lo = -1, double hi =
 
 }  // namespace agt
 
+/// Skips, and why a test may skip. Every skip says its reason; `scripts/ctest-summary`
+/// prints the reasons after ctest's summary, so nothing skips unseen.
+///
+///   AGT_SKIP_HARDWARE() << "CPU lacks AVX512-BF16";   // this machine can't: always a skip
+///   AGT_SKIP_BUILD() << "built without oneDNN";        // this configuration can't: always a skip
+///   AGT_SKIP_UNLESS_CI() << "safetensors missing";     // an install step was missed: a skip
+///                                                      // on a developer's machine, a failure
+///                                                      // in CI (CI=true), which installs it
+namespace agt {
+/// True when the environment says CI=true (as .ci/run's caller sets it).
+bool in_ci();
+}  // namespace agt
+
+#define AGT_SKIP_AS_(kind, label) \
+  return ::testing::internal::AssertHelper(kind, __FILE__, __LINE__, label) = ::testing::Message()
+#define AGT_SKIP_HARDWARE() AGT_SKIP_AS_(::testing::TestPartResult::kSkip, "Skipped (hardware)")
+#define AGT_SKIP_BUILD() AGT_SKIP_AS_(::testing::TestPartResult::kSkip, "Skipped (build configuration)")
+#define AGT_SKIP_UNLESS_CI()                                                                           \
+  AGT_SKIP_AS_(::agt::in_ci() ? ::testing::TestPartResult::kFatalFailure : ::testing::TestPartResult::kSkip, \
+               ::agt::in_ci() ? "CI=true, where this test must run, but it would skip" : "Skipped (not installed)")
+
 /// Expects `stmt` to throw ag::Error whose message contains `substr`.
 #define EXPECT_AG_ERROR(stmt, substr)                                                   \
   do {                                                                                 \
