@@ -97,6 +97,19 @@ Tensor ref_pool(const Tensor& x, const PoolCase& c, bool is_max, bool count_incl
   return from_vector(out, {N, C, OH, OW});
 }
 
+const std::vector<PoolCase>& pool_cases() {
+  static const std::vector<PoolCase> cases = {
+      {{2, 3, 8, 8}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
+      {{1, 2, 7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
+      {{1, 2, 7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true},   // ceil_mode adds a window
+      {{2, 1, 6, 6}, {3, 2}, {1, 2}, {1, 1}, {1, 1}, true},
+      {{1, 2, 10, 9}, {3, 3}, {3, 2}, {0, 1}, {2, 1}, false}, // dilation (max only)
+      {{1, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, {1, 1}, true},   // the ceil window would start in padding
+      {{1, 3, 4, 4}, {4, 4}, {1, 1}, {2, 2}, {1, 1}, false},
+  };
+  return cases;
+}
+
 Tensor conv_of(const ConvCase& c, const Tensor& x, const Tensor& w, const Tensor& b) {
   return conv2d(x, w, b, c.stride, c.padding, c.dilation, c.groups);
 }
@@ -210,6 +223,59 @@ TEST(Conv, HalfPrecisionMatchesFloat32) {
   }
 }
 
+// The production kernels against independent results. Float64 takes the loops and Eigen
+// path that the gradchecks verify; float32 takes oneDNN (in the full build), and bfloat16
+// takes oneDNN's bf16 primitives. So every case's float32 forward and gradients are
+// compared with float64 from the same values, and bfloat16's with float32 from the same
+// rounded values. Each result is a sum of `terms` products of values in [-1, 1]: float32
+// rounding grows like sqrt(terms).
+namespace {
+
+struct Grads {
+  Tensor y, dx, dw, db;
+};
+
+// Forward and backward of one conv case in dtype dt, from the given values.
+Grads conv_grads(const ConvCase& c, DType dt, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g0) {
+  // fresh leaves (detach: `to` returns its input itself when the dtype already matches)
+  Tensor x = x0.detach().to(dt).requires_grad_(), w = w0.detach().to(dt).requires_grad_();
+  Tensor b = c.bias ? b0.detach().to(dt).requires_grad_() : Tensor();
+  Tensor y = conv_of(c, x, w, b);
+  y.backward(g0.to(dt));
+  return {y, x.grad(), w.grad(), c.bias ? b.grad() : Tensor()};
+}
+
+void expect_grads_close(const Grads& got, const Grads& ref, const ConvCase& c, bool half) {
+  const Tensor& y = ref.y;
+  const double fwd_terms = double(c.x[1] / c.groups * c.kh * c.kw);     // one output
+  const double dx_terms = double(c.oc / c.groups * c.kh * c.kw);        // one input element
+  const double dw_terms = double(y.size(0) * y.size(2) * y.size(3));    // one weight
+  auto tol = [&](double terms) {
+    return half ? agt::tol_for(kBFloat16) : agt::Tol{1e-5, 2e-6 * std::sqrt(terms)};
+  };
+  EXPECT_EQ(got.y.dtype(), half ? kBFloat16 : kFloat32);
+  EXPECT_TRUE(agt::allclose(got.y, ref.y, tol(fwd_terms))) << "forward";
+  EXPECT_TRUE(agt::allclose(got.dx, ref.dx, tol(dx_terms))) << "input gradient";
+  EXPECT_TRUE(agt::allclose(got.dw, ref.dw, tol(dw_terms))) << "weight gradient";
+  if (c.bias) EXPECT_TRUE(agt::allclose(got.db, ref.db, tol(dw_terms))) << "bias gradient";
+}
+
+}  // namespace
+
+TEST(Conv, EveryCaseFloat32MatchesFloat64AndBFloat16MatchesFloat32) {
+  manual_seed(39);
+  for (const auto& c : conv_cases()) {
+    SCOPED_TRACE("input " + ::testing::PrintToString(c.x) + " groups " + std::to_string(c.groups));
+    Tensor x = randf(c.x), w = randf({c.oc, c.x[1] / c.groups, c.kh, c.kw});
+    Tensor b = c.bias ? randf({c.oc}) : Tensor();
+    Tensor g = randf(conv_of(c, x, w, b).sizes().vec());
+    expect_grads_close(conv_grads(c, kFloat32, x, w, b, g), conv_grads(c, kFloat64, x, w, b, g), c, false);
+    // bfloat16 against float32 of the same rounded inputs and output gradient
+    auto r = [](const Tensor& t) { return t.defined() ? t.to(kBFloat16).to(kFloat32) : t; };
+    expect_grads_close(conv_grads(c, kBFloat16, x, w, b, g), conv_grads(c, kFloat32, r(x), r(w), r(b), r(g)), c, true);
+  }
+}
+
 TEST(Conv, ErrorsNameTheShapes) {
   EXPECT_AG_ERROR(conv2d(zeros({1, 4, 5, 5}), zeros({2, 3, 3, 3})),
                   "[conv2d] input of shape [1, 4, 5, 5] has 4 channels, but weight of shape [2, 3, 3, 3] with groups=1 expects 3");
@@ -231,31 +297,26 @@ TEST(Conv, ErrorsNameTheShapes) {
 }
 
 TEST(Conv, RepeatedShapesCreateNoPrimitives) {
-  if (!built_with_onednn()) GTEST_SKIP() << "built without oneDNN: no primitive cache";
+  if (!built_with_onednn()) AGT_SKIP_BUILD() << "built without oneDNN: no primitive cache";
   manual_seed(35);
   auto step = [] {
-    Tensor x = randf({4, 3, 12, 12}).requires_grad_(), w = randf({8, 3, 3, 3}).requires_grad_();
-    Tensor b = randf({8}).requires_grad_();
+    // shapes no other test uses, so the first step must create primitives
+    Tensor x = randf({3, 5, 11, 13}).requires_grad_(), w = randf({7, 5, 3, 3}).requires_grad_();
+    Tensor b = randf({7}).requires_grad_();
     Tensor y = max_pool2d(relu(conv2d(x, w, b, {1, 1}, {1, 1})), {2, 2});
     y.sum().backward();
   };
+  const size_t before = detail::cpu_primitive_cache_size();
   step();
   const size_t after_first = detail::cpu_primitive_cache_size();
+  EXPECT_GT(after_first, before) << "the first step of new shapes must add primitives to the cache";
   for (int i = 0; i < 3; ++i) step();
   EXPECT_EQ(detail::cpu_primitive_cache_size(), after_first);
 }
 
 TEST(Pool, MaxAndAvgMatchReference) {
   manual_seed(36);
-  const std::vector<PoolCase> cases = {
-      {{2, 3, 8, 8}, {2, 2}, {2, 2}, {0, 0}, {1, 1}, false},
-      {{1, 2, 7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false},
-      {{1, 2, 7, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, true},   // ceil_mode adds a window
-      {{2, 1, 6, 6}, {3, 2}, {1, 2}, {1, 1}, {1, 1}, true},
-      {{1, 2, 10, 9}, {3, 3}, {3, 2}, {0, 1}, {2, 1}, false}, // dilation (max only)
-      {{1, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, {1, 1}, true},   // the ceil window would start in padding
-      {{1, 3, 4, 4}, {4, 4}, {1, 1}, {2, 2}, {1, 1}, false},
-  };
+  const auto& cases = pool_cases();
   for (const auto& c : cases) {
     Tensor x = randf(c.x);
     Tensor m = max_pool2d(x, c.k, c.s, c.p, c.d, c.ceil_mode);
@@ -310,6 +371,44 @@ TEST(Pool, HalfPrecisionMatchesFloat32) {
     (a * g).sum().backward();
     (af * g.to(kFloat32)).sum().backward();
     EXPECT_TRUE(agt::allclose(x.grad(), xf.grad(), agt::tol_for(dt)));
+  }
+}
+
+// Every pooling case through the production kernels: float32 (oneDNN in the full build)
+// forward and input gradient against float64 (the gradchecked loops), and bfloat16
+// against float32 of the same rounded values. A maximum is one of its inputs, so max
+// pooling's forward is exact; its gradient routes (and, where windows overlap, sums) the
+// output gradient.
+TEST(Pool, EveryCaseFloat32MatchesFloat64AndBFloat16MatchesFloat32) {
+  manual_seed(40);
+  for (const auto& c : pool_cases()) {
+    for (int kind = 0; kind < 3; ++kind) {  // max, avg counting padding, avg not counting it
+      const bool is_max = kind == 0, include_pad = kind == 1;
+      if (!is_max && (c.d[0] != 1 || c.d[1] != 1)) continue;  // avg_pool2d has no dilation
+      SCOPED_TRACE(std::string(is_max ? "max" : "avg") + " input " + ::testing::PrintToString(c.x) +
+                   " ceil " + std::to_string(c.ceil_mode) + " include_pad " + std::to_string(include_pad));
+      auto run = [&](const Tensor& x0, const Tensor& g0, DType dt) {
+        Tensor x = x0.detach().to(dt).requires_grad_();
+        Tensor y = is_max ? max_pool2d(x, c.k, c.s, c.p, c.d, c.ceil_mode)
+                          : avg_pool2d(x, c.k, c.s, c.p, c.ceil_mode, include_pad);
+        if (!g0.defined()) return std::pair<Tensor, Tensor>{y, Tensor()};
+        y.backward(g0.to(dt));
+        return std::pair<Tensor, Tensor>{y, x.grad()};
+      };
+      Tensor x = randf(c.x);
+      Tensor g = randf(run(x, Tensor(), kFloat32).first.sizes().vec());
+      const auto [y32, dx32] = run(x, g, kFloat32);
+      const auto [y64, dx64] = run(x, g, kFloat64);
+      EXPECT_EQ(y32.dtype(), kFloat32);
+      EXPECT_TRUE(agt::allclose(y32, y64, is_max ? 0 : 1e-6, is_max ? 0 : 1e-6)) << "float32 forward";
+      EXPECT_TRUE(agt::allclose(dx32, dx64, 1e-6, 1e-6)) << "float32 input gradient";
+      auto r = [](const Tensor& t) { return t.to(kBFloat16).to(kFloat32); };
+      const auto [yb, dxb] = run(x, g, kBFloat16);
+      const auto [yr, dxr] = run(r(x), r(g), kFloat32);
+      EXPECT_EQ(yb.dtype(), kBFloat16);
+      EXPECT_TRUE(agt::allclose(yb, yr, agt::tol_for(kBFloat16))) << "bfloat16 forward";
+      EXPECT_TRUE(agt::allclose(dxb, dxr, agt::tol_for(kBFloat16))) << "bfloat16 input gradient";
+    }
   }
 }
 
