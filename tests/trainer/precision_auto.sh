@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
 # ampgrad-train with --precision auto against 32-true on the MLP: auto must pick what
-# resolve_precision says for this machine (bf16-mixed on a CPU with AVX512-BF16 or
-# AMX-BF16, with the reason printed at start), and end within 0.5 points of 32-true.
+# this CPU supports natively (bf16-mixed with AVX512-BF16 or AMX-BF16, else 32-true, with
+# the reason printed at start), every run must reach an absolute accuracy floor, and the
+# mixed run must end within 0.5 points of 32-true. Where auto picks 32-true, an explicit
+# bf16-mixed run (emulated) stands in for it, so mixed precision is always compared.
 # Usage: precision_auto.sh <ampgrad-train> <work dir> [epochs]
 set -euo pipefail
 exe=$1
 dir=$2
 epochs=${3:-5}
 mkdir -p "$dir"
-for p in auto 32-true; do
-  "$exe" --model mlp --epochs "$epochs" --precision "$p" --json "$dir/$p.json" >"$dir/$p.log" 2>&1 || {
-    echo "ampgrad-train --precision $p failed:"; tail -n 20 "$dir/$p.log"; exit 1; }
-done
+run() {
+  "$exe" --model mlp --epochs "$epochs" --precision "$1" --json "$dir/$1.json" >"$dir/$1.log" 2>&1 || {
+    echo "ampgrad-train --precision $1 failed:"; tail -n 20 "$dir/$1.log"; exit 1; }
+}
+run auto
+run 32-true
 grep -q '^precision: ' "$dir/auto.log" || { echo "no precision line in the auto run's output"; exit 1; }
-python3 - "$dir" <<'PY'
-import json, sys
-d = sys.argv[1]
-auto, ref = (json.load(open(f"{d}/{n}.json")) for n in ("auto", "32-true"))
+if grep -q '"precision": *"32-true"' "$dir/auto.json"; then run bf16-mixed; fi
+python3 - "$dir" "$epochs" <<'PY'
+import json, os, sys
+d, epochs = sys.argv[1], int(sys.argv[2])
+load = lambda n: json.load(open(f"{d}/{n}.json"))
+auto, ref = load("auto"), load("32-true")
 flags = open("/proc/cpuinfo").read()
 expect = "bf16-mixed" if (" avx512_bf16" in flags or " amx_bf16" in flags) else "32-true"
-a, r = auto["epochs"][-1]["test_accuracy"], ref["epochs"][-1]["test_accuracy"]
-print(f"auto: {auto['precision']} ({auto['precision_reason']}), last epoch {100*a:.2f}%, "
-      f"{auto['mean_rate']:,.0f} samples/s; 32-true: {100*r:.2f}%, {ref['mean_rate']:,.0f} samples/s")
-ok = auto["precision"] == expect and ref["precision"] == "32-true" and abs(a - r) <= 0.005
+mixed = auto if auto["precision"] != "32-true" else load("bf16-mixed")
+last = lambda r: r["epochs"][-1]["test_accuracy"]
+# 5 epochs of the MLP reach 88.9-89.1% (seeds 0-2) in every precision; 87.5% is the
+# trainer's published floor. Shorter runs (a smoke test) get a lower one.
+floor = 0.875 if epochs >= 5 else 0.80
+ok = True
+for name, r in (("auto", auto), ("32-true", ref), (mixed["precision"], mixed)):
+    print(f"{name}: {r['precision']} ({r['precision_reason']}), last epoch {100*last(r):.2f}%, "
+          f"{r['mean_rate']:,.0f} samples/s")
+    if len(r["epochs"]) != epochs:
+        print(f"FAIL: {name} reported {len(r['epochs'])} epochs, expected {epochs}"); ok = False
+    if last(r) < floor:
+        print(f"FAIL: {name} ended at {100*last(r):.2f}%, under the floor of {100*floor:.1f}%"); ok = False
 if auto["precision"] != expect:
-    print(f"FAIL: auto picked {auto['precision']}, expected {expect} on this CPU")
-if abs(a - r) > 0.005:
-    print(f"FAIL: accuracies differ by {100*abs(a-r):.2f} points (limit 0.5)")
+    print(f"FAIL: auto picked {auto['precision']}, expected {expect} on this CPU"); ok = False
+if ref["precision"] != "32-true":
+    print(f"FAIL: the 32-true run reports {ref['precision']}"); ok = False
+if abs(last(mixed) - last(ref)) > 0.005:
+    print(f"FAIL: {mixed['precision']} and 32-true differ by {100*abs(last(mixed)-last(ref)):.2f} points (limit 0.5)"); ok = False
 sys.exit(0 if ok else 1)
 PY
