@@ -2,7 +2,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 
 using namespace ag;
 
@@ -145,6 +147,48 @@ TEST(Tensor, ToDtypeAndPrinting) {
   EXPECT_NE(s.find("device=cpu"), std::string::npos) << s;
   EXPECT_NE(s.find("grad_fn=<MulBackward>"), std::string::npos) << s;
   EXPECT_NE(arange(5000).str().find("..."), std::string::npos);
+}
+
+namespace {
+// The Kolmogorov-Smirnov statistic: the largest gap between the sample's empirical CDF and
+// the distribution's CDF.
+double ks_statistic(std::vector<double> v, const std::function<double(double)>& cdf) {
+  std::sort(v.begin(), v.end());
+  const double n = double(v.size());
+  double d = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const double f = cdf(v[i]);
+    d = std::max({d, double(i + 1) / n - f, f - double(i) / n});
+  }
+  return d;
+}
+}  // namespace
+
+// Mean and variance do not pin a distribution down (a uniform scaled to variance 1 has
+// both); the whole CDF does. With a fixed seed the statistic is fixed; the bound is the
+// 0.1% critical value 1.95 / sqrt(n), which a correct generator passes for almost every
+// seed and a wrong shape fails by far.
+TEST(Random, DistributionsPassKolmogorovSmirnov) {
+  const int64_t n = 40000;
+  const double bound = 1.95 / std::sqrt(double(n));
+  auto normal_cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  auto uniform_cdf = [](double x) { return std::clamp(x, 0.0, 1.0); };
+  for (DType dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    manual_seed(123);
+    EXPECT_LT(ks_statistic(randn({n}, dt).to_vector<double>(), normal_cdf), bound) << "randn against N(0, 1)";
+    EXPECT_LT(ks_statistic(rand({n}, dt).to_vector<double>(), uniform_cdf), bound) << "rand against U(0, 1)";
+    // the tails too: |x| > 3 has probability 0.0027, so about 108 of 40000
+    int64_t tails = 0;
+    for (double x : randn({n}, dt).to_vector<double>()) tails += std::fabs(x) > 3;
+    EXPECT_GT(tails, 108 - 40);
+    EXPECT_LT(tails, 108 + 40);
+  }
+  // a 2-D draw is the same stream as a 1-D one (draws do not depend on the shape)
+  manual_seed(5);
+  const auto flat = randn({12}).to_vector<double>();
+  manual_seed(5);
+  EXPECT_EQ(randn({3, 4}).to_vector<double>(), flat);
 }
 
 TEST(Random, SeededAndReproducible) {
