@@ -1,10 +1,13 @@
 // Tensor metadata, storage allocation and printing.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
+#include "ampgrad/memory.h"
 #include "ampgrad/ops/shape.h"
 
 namespace ampgrad {
@@ -16,9 +19,30 @@ AutogradMeta& TensorImpl::meta() {
   return *autograd;
 }
 
+namespace {
+// Counters per device type and index (indices beyond kMaxIndex share the last slot).
+constexpr int kMaxIndex = 16;
+struct Counters {
+  std::atomic<uint64_t> allocations{0}, frees{0}, bytes{0};
+};
+Counters g_counters[kNumDeviceTypes][kMaxIndex];
+Counters& counters(Device d) { return g_counters[int(d.type)][std::min(d.index, kMaxIndex - 1)]; }
+}  // namespace
+
+MemoryStats memory_stats(Device device) {
+  const Counters& c = counters(device);
+  return {c.allocations.load(), c.frees.load(), c.bytes.load()};
+}
+
 Storage::~Storage() {
-  if (allocator) allocator->deallocate(data, nbytes, device.index);
-  else if (deleter) deleter(data);
+  if (allocator) {
+    allocator->deallocate(data, nbytes, device.index);
+    Counters& c = counters(device);
+    c.frees.fetch_add(1, std::memory_order_relaxed);
+    c.bytes.fetch_sub(nbytes, std::memory_order_relaxed);
+  } else if (deleter) {
+    deleter(data);
+  }
 }
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
@@ -28,6 +52,9 @@ std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
   s->nbytes = nbytes;
   s->device = device;
   s->allocator = &be;
+  Counters& c = counters(device);
+  c.allocations.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(nbytes, std::memory_order_relaxed);
   return s;
 }
 
@@ -68,7 +95,7 @@ bool Tensor::is_contiguous() const {
 double Tensor::item_double() const {
   AG_CHECK(numel() == 1, "item", "a tensor with ", numel(), " elements (shape ", sizes(),
            ") cannot be converted to a scalar");
-  Tensor c = to(Device(kCPU));
+  Tensor c = detail::host_values(*this, "item");
   return dispatch_all(c.dtype(), "item", [&]<class T>() -> double {
     const T v = *static_cast<const T*>(c.raw_data());
     if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return double(float(v));
@@ -141,7 +168,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   Tensor c;
   {
     NoGradGuard ng;
-    c = t.detach().to(Device(kCPU)).to(kFloat64).contiguous();
+    c = detail::host_values(t.detach(), "print").to(kFloat64).contiguous();
   }
   const double* d = static_cast<const double*>(c.raw_data());
   const int64_t n = c.numel();

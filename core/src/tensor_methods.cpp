@@ -1,6 +1,8 @@
 // Tensor's methods: thin forwards to the free functions that define each op, and the
 // in-place ops.
+#include <atomic>
 #include <cmath>
+#include <functional>
 
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
@@ -31,15 +33,41 @@ Tensor Tensor::contiguous() const { return ampgrad::contiguous(*this); }
 Tensor Tensor::clone() const { return ampgrad::clone(*this); }
 Tensor Tensor::to(DType dt) const { return to_dtype(*this, dt); }
 
-Tensor Tensor::to(Device d) const {
-  if (d == device()) return *this;
+namespace {
+std::atomic<uint64_t> g_host_syncs{0};
+thread_local std::function<void(const char*)> t_sync_observer;
+
+// A copy of t on device d, counting nothing.
+Tensor copy_to_device(const Tensor& t, Device d) {
   Backend& dst_be = backend(d, "to");
-  Backend& src_be = backend(device(), "to");
-  Tensor src = detail::contiguous_raw(*this);
-  Tensor out = make_tensor(sizes(), dtype(), d);
+  Backend& src_be = backend(t.device(), "to");
+  Tensor src = detail::contiguous_raw(t);
+  Tensor out = make_tensor(t.sizes(), t.dtype(), d);
   // The non-CPU side moves the bytes.
   Backend& mover = d.is_cpu() ? src_be : dst_be;
-  mover.copy_bytes(out.raw_data(), d, src.raw_data(), device(), nbytes());
+  mover.copy_bytes(out.raw_data(), d, src.raw_data(), t.device(), t.nbytes());
+  return out;
+}
+}  // namespace
+
+uint64_t host_sync_count() { return g_host_syncs.load(std::memory_order_relaxed); }
+
+void set_host_sync_observer(std::function<void(const char*)> observer) { t_sync_observer = std::move(observer); }
+
+void detail::note_host_sync(const char* what) {
+  g_host_syncs.fetch_add(1, std::memory_order_relaxed);
+  if (t_sync_observer) t_sync_observer(what);
+}
+
+Tensor detail::host_values(const Tensor& t, const char* what) {
+  note_host_sync(what);
+  return t.device().is_cpu() ? t : copy_to_device(t, Device(kCPU));
+}
+
+Tensor Tensor::to(Device d) const {
+  if (d == device()) return *this;
+  if (d.is_cpu()) detail::note_host_sync("to(cpu)");
+  Tensor out = copy_to_device(*this, d);
   if (any_requires_grad({this})) {
     const Device from = device();
     record("to", {*this}, {out}, [from](const TensorList& g, GradMask) -> TensorList { return {g[0].to(from)}; });

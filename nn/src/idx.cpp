@@ -68,7 +68,7 @@ Tensor read_idx(const std::string& path) {
 void write_idx(const std::string& path, const Tensor& t0) {
   AG_CHECK(t0.dtype() == kUInt8, "write_idx", "expected a uint8 tensor, got ", dtype_name(t0.dtype()));
   AG_CHECK(t0.dim() >= 1 && t0.dim() <= 8, "write_idx", "expected 1 to 8 dims, got ", t0.dim());
-  const Tensor t = t0.cpu().contiguous();
+  const Tensor t = detail::host_values(t0, "write_idx").contiguous();
   std::vector<unsigned char> bytes{0, 0, 0x08, static_cast<unsigned char>(t.dim())};
   for (int64_t s : t.sizes())
     for (int k = 3; k >= 0; --k) bytes.push_back(static_cast<unsigned char>((uint64_t(s) >> (8 * k)) & 0xff));

@@ -83,7 +83,7 @@ void save(const std::string& path, const StateDict& tensors, const Metadata& met
     AG_CHECK(t0.defined(), "save", "tensor '", name, "' is undefined");
     // The header key __metadata__ is the metadata map: a tensor by that name would not load.
     AG_CHECK(name != "__metadata__", "save", path, ": '__metadata__' is reserved and cannot name a tensor");
-    Tensor t = t0.detach().cpu().contiguous();
+    Tensor t = detail::host_values(t0.detach(), "save").contiguous();
     header[name] = {{"dtype", st_name(t.dtype())},
                     {"shape", t.sizes().vec()},
                     {"data_offsets", {offset, offset + t.nbytes()}}};

@@ -12,6 +12,7 @@
 #include "ampgrad/half.h"
 #include "ampgrad/hw/cpu.h"
 #include "ampgrad/hw/profile.h"
+#include "ampgrad/memory.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/loss.h"
 #include "ampgrad/ops/nn.h"

@@ -22,6 +22,7 @@
 #include "ampgrad/error.h"
 #include "ampgrad/scalar.h"
 #include "ampgrad/shape.h"
+#include "ampgrad/sync.h"
 
 namespace ampgrad {
 
@@ -134,13 +135,13 @@ class Tensor {
   void* raw_data() const {
     return static_cast<char*>(impl().storage->data) + impl().offset * int64_t(itemsize());
   }
-  /// The single element, converted to T. Throws unless numel() == 1.
+  /// The single element, converted to T. Throws unless numel() == 1. A host sync.
   template <class T>
   T item() const {
     return static_cast<T>(item_double());
   }
   double item_double() const;
-  /// All elements in row-major order, converted to T (copies to CPU if needed).
+  /// All elements in row-major order, converted to T (copies to CPU if needed). A host sync.
   template <class T>
   std::vector<T> to_vector() const;
 
@@ -179,6 +180,8 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dt) const;
+  /// A copy on device d (this tensor when it is there already). A copy from another device
+  /// to the CPU is a host sync.
   Tensor to(Device d) const;
   Tensor to(DeviceType d) const { return to(Device(d)); }
   Tensor cpu() const { return to(Device(kCPU)); }
@@ -257,9 +260,15 @@ Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
 /// Row-major strides of a shape.
 Shape contiguous_strides(const Shape& sizes);
 
+namespace detail {
+/// t's values on the host, counted as one host sync (`what` names the reader): t itself
+/// when it is on the CPU, else a copy.
+Tensor host_values(const Tensor& t, const char* what);
+}  // namespace detail
+
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  Tensor c = to(Device(kCPU)).to(dtype_of<T>).contiguous();
+  Tensor c = detail::host_values(*this, "to_vector").to(dtype_of<T>).contiguous();
   const T* p = static_cast<const T*>(c.raw_data());
   return std::vector<T>(p, p + c.numel());
 }
