@@ -1,7 +1,7 @@
-// GradScaler: the per-optimizer state machine and the scale update rule (see the header
-// and docs/grad-scaler.md). Scale arithmetic is in double on the host; gradients are
-// unscaled by the backend's fused amp_unscale_and_check, one call per gradient, and the
-// resulting flags are read back once per optimizer and device.
+// GradScaler: the per-optimizer state machine (on the host) over state that lives on the
+// device (see the header and docs/grad-scaler.md). Per iteration: one scale_and_check call
+// per optimizer and device, the optimizers' fused steps that skip themselves on the
+// device, and one update_scale call; nothing is read back.
 #include "ampgrad/autocast/grad_scaler.h"
 
 #include <algorithm>
@@ -12,13 +12,14 @@
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/reduce.h"
 #include "ampgrad/optim/optimizer.h"
 
 namespace ampgrad {
 namespace {
 
 constexpr const char* kOp = "GradScaler";
-constexpr double kFloatMax = double(std::numeric_limits<float>::max());
 
 double get_double(const std::map<std::string, Tensor>& d, const std::string& key) {
   auto it = d.find(key);
@@ -30,7 +31,7 @@ double get_double(const std::map<std::string, Tensor>& d, const std::string& key
 
 }  // namespace
 
-GradScaler::GradScaler(GradScalerOptions o) : options_(o), scale_(o.init_scale) {
+GradScaler::GradScaler(GradScalerOptions o) : options_(o) {
   AG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, kOp,
            "expected 0 <= min_scale <= max_scale, got min_scale = ", o.min_scale,
            " and max_scale = ", o.max_scale);
@@ -42,17 +43,36 @@ GradScaler::GradScaler(GradScalerOptions o) : options_(o), scale_(o.init_scale) 
   AG_CHECK(o.backoff_factor > 0 && o.backoff_factor <= 1, kOp,
            "backoff_factor must be in (0, 1], got ", o.backoff_factor);
   AG_CHECK(o.growth_interval >= 1, kOp, "growth_interval must be >= 1, got ", o.growth_interval);
+  // On the CPU until the scaler first sees the parameters' device (place()).
+  scale_ = full({}, o.init_scale, TensorOptions(kFloat64));
+  growth_tracker_ = zeros({}, TensorOptions(kInt64));
+  skipped_steps_ = zeros({}, TensorOptions(kInt64));
+  last_overflow_step_ = full({}, -1, TensorOptions(kInt64));
 }
 
-double GradScaler::get_scale() const { return options_.enabled ? scale_ : 1.0; }
+void GradScaler::place(Device device) {
+  if (scale_.device() == device) return;
+  // A copy from the host (or between devices): never a host sync.
+  scale_ = scale_.to(device);
+  growth_tracker_ = growth_tracker_.to(device);
+  skipped_steps_ = skipped_steps_.to(device);
+  last_overflow_step_ = last_overflow_step_.to(device);
+}
+
+double GradScaler::get_scale() const { return options_.enabled ? scale_.item<double>() : 1.0; }
 
 Tensor GradScaler::scale(const Tensor& loss) {
   if (!options_.enabled) return loss;
   AG_CHECK(loss.defined() && loss.is_floating_point(), kOp,
            "scale(): expected a floating loss, got ",
            loss.defined() ? dtype_name(loss.dtype()) : "an undefined tensor");
+  if (scale_.device().is_cpu() && !loss.device().is_cpu()) place(loss.device());
   const DType dt = loss.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  const Tensor s = scalar_tensor(scale_, TensorOptions().dtype(dt).device(loss.device()));
+  Tensor s;
+  {
+    NoGradGuard ng;
+    s = scale_.to(dt).to(loss.device());
+  }
   // The cast is part of the graph, so backward hands the loss a gradient of its own dtype.
   return (loss.dtype() == dt ? loss : loss.to(dt)).mul(s);
 }
@@ -62,7 +82,7 @@ GradScaler::OptimizerState& GradScaler::state_of(const optim::Optimizer& opt) {
 }
 
 void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
-  const double inv_scale = 1.0 / scale_;  // double: exact for powers of two, else within 1 ulp
+  NoGradGuard ng;
   // Check every gradient before touching any, so that a refused call changes nothing.
   std::vector<Tensor> params = opt.parameters();
   for (const Tensor& p : params) {
@@ -71,6 +91,8 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
              "unscale_(): attempting to unscale float16 gradients; keep float32 master "
              "parameters (compute in float16, store in float32)");
   }
+  // The gradients of each device, in one list.
+  std::vector<std::pair<Device, TensorList>> by_device;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
@@ -78,26 +100,31 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
       g = g.contiguous();
       p.set_grad(g);
     }
+    size_t k = 0;
+    while (k < by_device.size() && !(by_device[k].first == g.device())) ++k;
+    if (k == by_device.size()) by_device.emplace_back(g.device(), TensorList{});
+    by_device[k].second.push_back(g);
+  }
+  if (!by_device.empty() && scale_.device().is_cpu()) place(by_device.front().first);
+  for (auto& [dev, grads] : by_device) {
     Tensor* flag = nullptr;
-    for (auto& [dev, f] : st.found_inf)
-      if (dev == g.device()) flag = &f;
+    for (auto& [d, f] : st.found_inf)
+      if (d == dev) flag = &f;
     if (!flag) {
-      st.found_inf.emplace_back(g.device(), zeros({1}, TensorOptions().dtype(kFloat32).device(g.device())));
+      st.found_inf.emplace_back(dev, zeros({1}, TensorOptions().dtype(kFloat32).device(dev)));
       flag = &st.found_inf.back().second;
     }
-    backend(g.device(), "GradScaler::unscale_").amp_unscale_and_check(g, inv_scale, *flag);
-    ++g.unsafe_impl()->storage->version;  // an in-place write, like every other one
+    // 1 / scale in float64 on the device: exact for powers of two, else within 1 ulp.
+    const Tensor inv_scale = reciprocal(scale_.to(dev));
+    backend(dev, "GradScaler::unscale_").scale_and_check(grads, inv_scale, *flag);
+    for (const Tensor& g : grads) ++g.unsafe_impl()->storage->version;  // in-place writes, like every other
   }
-  st.read = false;
-}
-
-bool GradScaler::overflowed(OptimizerState& st) {
-  if (!st.read) {
-    st.overflow = false;
-    for (auto& [dev, f] : st.found_inf) st.overflow |= f.item_double() != 0.0;
-    st.read = true;
+  // One flag on the scale's device for the optimizer's step and for update().
+  st.any_inf = Tensor();
+  for (auto& [d, f] : st.found_inf) {
+    const Tensor here = f.to(scale_.device());
+    st.any_inf = st.any_inf.defined() ? add(st.any_inf, here) : here;
   }
-  return st.overflow;
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {
@@ -110,11 +137,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   st.stage = Stage::Unscaled;
 }
 
-bool GradScaler::step(optim::Optimizer& opt) {
-  if (!options_.enabled) {
-    opt.step();
-    return true;
-  }
+StepResult GradScaler::step(optim::Optimizer& opt) {
+  if (!options_.enabled) return opt.step();
   OptimizerState& st = state_of(opt);
   AG_CHECK(st.stage != Stage::Stepped, kOp,
            "step() has already been called on this optimizer since the last update()");
@@ -123,34 +147,32 @@ bool GradScaler::step(optim::Optimizer& opt) {
            "step(): no inf checks were recorded for this optimizer (none of its parameters "
            "has a gradient)");
   st.stage = Stage::Unscaled;  // should opt.step() throw, a retry must not unscale again
-  const bool skip = overflowed(st);
-  if (skip) ++skipped_steps_;
-  else opt.step();
+  const StepResult r = opt.step(st.any_inf);
+  {
+    NoGradGuard ng;
+    skipped_steps_.add_(ne(st.any_inf, 0.0).to(kInt64).sum());
+  }
   st.stage = Stage::Stepped;
-  return !skip;
+  return r;
 }
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  bool any_check = false, found = false;
+  NoGradGuard ng;
+  Tensor found;
   for (auto& [opt, st] : per_optimizer_) {
-    if (st.found_inf.empty()) continue;
-    any_check = true;
-    found |= overflowed(st);
+    if (!st.any_inf.defined()) continue;
+    found = found.defined() ? add(found, st.any_inf) : st.any_inf;
   }
-  AG_CHECK(any_check, kOp,
+  AG_CHECK(found.defined(), kOp,
            "update(): no inf checks were recorded since the last update(); call step() or "
            "unscale_() first");
-  if (found) {
-    scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
-    growth_tracker_ = 0;
-    last_overflow_step_ = num_updates_;
-  } else if (++growth_tracker_ >= options_.growth_interval) {
-    // The scale is applied as a float32 tensor, so growth beyond float32 is refused.
-    const double grown = scale_ * options_.growth_factor;
-    if (grown <= kFloatMax) scale_ = std::min(grown, options_.max_scale);
-    growth_tracker_ = 0;
-  }
+  backend(scale_.device(), "GradScaler::update")
+      .update_scale(scale_, growth_tracker_, found,
+                    {.growth_factor = options_.growth_factor, .backoff_factor = options_.backoff_factor,
+                     .min_scale = options_.min_scale, .max_scale = options_.max_scale,
+                     .growth_interval = options_.growth_interval});
+  last_overflow_step_.copy_(where(eq(found, 0.0), last_overflow_step_, Scalar(num_updates_)).reshape({}));
   ++num_updates_;
   per_optimizer_.clear();
 }
@@ -159,7 +181,8 @@ void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
   AG_CHECK(new_scale > 0 && std::isfinite(new_scale), kOp,
            "update(new_scale): expected a positive finite scale, got ", new_scale);
-  scale_ = new_scale;
+  NoGradGuard ng;
+  scale_.fill_(new_scale);
   per_optimizer_.clear();
 }
 
@@ -167,16 +190,16 @@ std::map<std::string, Tensor> GradScaler::state_dict() const {
   if (!options_.enabled) return {};
   auto f64 = [](double v) { return scalar_tensor(v, TensorOptions().dtype(kFloat64)); };
   auto i64 = [](int64_t v) { return scalar_tensor(v, TensorOptions().dtype(kInt64)); };
-  return {{"scale", f64(scale_)},
+  return {{"scale", scale_.clone()},
           {"growth_factor", f64(options_.growth_factor)},
           {"backoff_factor", f64(options_.backoff_factor)},
           {"growth_interval", i64(options_.growth_interval)},
-          {"growth_tracker", i64(growth_tracker_)},
+          {"growth_tracker", growth_tracker_.clone()},
           {"min_scale", f64(options_.min_scale)},
           {"max_scale", f64(options_.max_scale)},
-          {"skipped_steps", i64(skipped_steps_)},
+          {"skipped_steps", skipped_steps_.clone()},
           {"num_updates", i64(num_updates_)},
-          {"last_overflow_step", i64(last_overflow_step_)}};
+          {"last_overflow_step", last_overflow_step_.clone()}};
 }
 
 void GradScaler::load_state_dict(const std::map<std::string, Tensor>& d) {
@@ -199,12 +222,16 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& d) {
   o.min_scale = opt("min_scale", o.min_scale);
   o.max_scale = opt("max_scale", o.max_scale);
   const GradScaler checked(o);  // the constructor validates the combination
+  const double skipped = opt("skipped_steps", double(skipped_steps()));
+  const double updates = opt("num_updates", double(num_updates_));
+  const double last_overflow = opt("last_overflow_step", double(last_overflow_step()));
   options_ = checked.options_;
-  scale_ = scale;
-  growth_tracker_ = tracker;
-  skipped_steps_ = int64_t(opt("skipped_steps", double(skipped_steps_)));
-  num_updates_ = int64_t(opt("num_updates", double(num_updates_)));
-  last_overflow_step_ = int64_t(opt("last_overflow_step", double(last_overflow_step_)));
+  NoGradGuard ng;
+  scale_.fill_(scale);
+  growth_tracker_.fill_(tracker);
+  skipped_steps_.fill_(int64_t(skipped));
+  num_updates_ = int64_t(updates);
+  last_overflow_step_.fill_(int64_t(last_overflow));
 }
 
 }  // namespace ampgrad

@@ -39,9 +39,11 @@ void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, cons
 void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 
-void Backend::sgd_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdStep&) { AG_MISSING("SGD"); }
-void Backend::adam_step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamStep&) { AG_MISSING("Adam"); }
-void Backend::amp_unscale_and_check(const Tensor&, double, const Tensor&) { AG_MISSING("amp_unscale_and_check"); }
+void Backend::sgd_step(const OptimizerLists&, const SgdParams&) { AG_MISSING("SGD"); }
+void Backend::adam_step(const OptimizerLists&, const AdamParams&) { AG_MISSING("Adam"); }
+void Backend::scale_and_check(const TensorList&, const Tensor&, const Tensor&) { AG_MISSING("scale_and_check"); }
+void Backend::sum_of_squares(const TensorList&, const Tensor&) { AG_MISSING("sum_of_squares"); }
+void Backend::update_scale(const Tensor&, const Tensor&, const Tensor&, const ScaleUpdateRule&) { AG_MISSING("update_scale"); }
 
 #undef AG_MISSING
 

@@ -1,4 +1,5 @@
-// The grad scaler's fused kernel: unscale a gradient in place and flag inf/NaN, in one pass.
+// The grad scaler's kernels: scale a list of gradients in place and flag inf/NaN in one
+// pass; the sum of squares of a list (gradient clipping); the scale update rule.
 //
 // The finiteness test is on the value before scaling (PyTorch's rule) and looks at the
 // exponent bits, so it vectorises and survives -ffast-math. 16-bit gradients are widened to
@@ -9,6 +10,8 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <limits>
+#include <vector>
 
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
@@ -33,35 +36,116 @@ inline uint32_t unscale_run(A* p, int64_t n, A s) {
 
 }  // namespace
 
-void CpuBackend::amp_unscale_and_check(const Tensor& grad, double inv_scale, const Tensor& found_inf) {
-  constexpr const char* kOp = "amp_unscale_and_check";
-  AG_CHECK(grad.is_contiguous(), kOp, "expected a contiguous gradient, got strides ",
-           grad.strides());
-  AG_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1, kOp,
-           "found_inf must be a float32 tensor of one element, got ", dtype_name(found_inf.dtype()),
-           " with ", found_inf.numel(), " elements");
+namespace {
+
+// The value of a one-element float32 or float64 tensor (read in place: this is the device).
+double scalar_of(const Tensor& t, const char* op, const char* what) {
+  AG_CHECK(t.defined() && t.numel() == 1 && (t.dtype() == kFloat32 || t.dtype() == kFloat64), op, what,
+           " must be a float32 or float64 tensor of one element");
+  return t.dtype() == kFloat32 ? double(*t.data_ptr<float>()) : *t.data_ptr<double>();
+}
+
+void check_flag(const Tensor& f, const char* op) {
+  AG_CHECK(f.dtype() == kFloat32 && f.numel() == 1, op, "found_inf must be a float32 tensor of one element, got ",
+           dtype_name(f.dtype()), " with ", f.numel(), " elements");
+}
+
+}  // namespace
+
+void CpuBackend::scale_and_check(const TensorList& xs, const Tensor& factor, const Tensor& found_inf) {
+  constexpr const char* kOp = "scale_and_check";
+  if (found_inf.defined()) check_flag(found_inf, kOp);
+  const double f = scalar_of(factor, kOp, "factor");
   std::atomic<bool> any{false};
-  dispatch_floating(grad.dtype(), kOp, [&]<class T>() {
-    using A = acc_type_t<T>;
-    const A s = A(inv_scale);
-    T* g = grad.data_ptr<T>();
-    parallel_for(0, grad.numel(), kGrain, [&](int64_t b, int64_t e) {
-      uint32_t bad = 0;
-      if constexpr (is_half_v<T>) {
-        alignas(64) float buf[kChunk];
-        for (int64_t i = b; i < e; i += kChunk) {
-          const int64_t n = std::min<int64_t>(kChunk, e - i);
-          load_acc<T>(reinterpret_cast<const char*>(g + i), int64_t(sizeof(T)), buf, n);
-          bad |= unscale_run<float>(buf, n, s);
-          store_acc<T>(buf, reinterpret_cast<char*>(g + i), int64_t(sizeof(T)), n);
+  for (const Tensor& x : xs) {
+    AG_CHECK(x.is_contiguous(), kOp, "expected contiguous tensors, got strides ", x.strides());
+    dispatch_floating(x.dtype(), kOp, [&]<class T>() {
+      using A = acc_type_t<T>;
+      const A s = A(f);
+      T* g = x.data_ptr<T>();
+      parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+        uint32_t bad = 0;
+        if constexpr (is_half_v<T>) {
+          alignas(64) float buf[kChunk];
+          for (int64_t i = b; i < e; i += kChunk) {
+            const int64_t n = std::min<int64_t>(kChunk, e - i);
+            load_acc<T>(reinterpret_cast<const char*>(g + i), int64_t(sizeof(T)), buf, n);
+            bad |= unscale_run<float>(buf, n, s);
+            store_acc<T>(buf, reinterpret_cast<char*>(g + i), int64_t(sizeof(T)), n);
+          }
+        } else {
+          bad = unscale_run<A>(g + b, e - b, s);
         }
-      } else {
-        bad = unscale_run<A>(g + b, e - b, s);
-      }
-      if (bad) any.store(true, std::memory_order_relaxed);
+        if (bad) any.store(true, std::memory_order_relaxed);
+      });
     });
+  }
+  if (found_inf.defined() && any.load(std::memory_order_relaxed)) *found_inf.data_ptr<float>() = 1.0f;
+}
+
+// Fixed chunks (by position, not by thread) summed in the accumulation type, then the
+// chunk sums added in order in double: the result does not depend on the thread count.
+void CpuBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
+  constexpr const char* kOp = "sum_of_squares";
+  AG_CHECK(out.dtype() == kFloat32 && out.numel() == 1, kOp, "out must be a float32 tensor of one element");
+  constexpr int64_t kPart = 8192;
+  struct Part {
+    size_t tensor;
+    int64_t begin, end;
+  };
+  std::vector<Part> parts;
+  for (size_t t = 0; t < xs.size(); ++t) {
+    AG_CHECK(xs[t].is_contiguous(), kOp, "expected contiguous tensors, got strides ", xs[t].strides());
+    AG_CHECK(xs[t].is_floating_point(), kOp, "expected floating tensors, got ", dtype_name(xs[t].dtype()));
+    for (int64_t b = 0; b < xs[t].numel(); b += kPart) parts.push_back({t, b, std::min(b + kPart, xs[t].numel())});
+  }
+  std::vector<double> sums(parts.size());
+  parallel_for(0, int64_t(parts.size()), 4, [&](int64_t pb, int64_t pe) {
+    for (int64_t k = pb; k < pe; ++k) {
+      const Part& pt = parts[size_t(k)];
+      const Tensor& x = xs[pt.tensor];
+      dispatch_floating(x.dtype(), kOp, [&]<class T>() {
+        using A = acc_type_t<T>;
+        const T* p = x.data_ptr<T>();
+        A acc = 0;
+        if constexpr (is_half_v<T>) {
+          alignas(64) float buf[kChunk];
+          for (int64_t i = pt.begin; i < pt.end; i += kChunk) {
+            const int64_t n = std::min<int64_t>(kChunk, pt.end - i);
+            load_acc<T>(reinterpret_cast<const char*>(p + i), int64_t(sizeof(T)), buf, n);
+            for (int64_t j = 0; j < n; ++j) acc += buf[j] * buf[j];
+          }
+        } else {
+#pragma omp simd reduction(+ : acc)
+          for (int64_t i = pt.begin; i < pt.end; ++i) acc += p[i] * p[i];
+        }
+        sums[size_t(k)] = double(acc);
+      });
+    }
   });
-  if (any.load(std::memory_order_relaxed)) *found_inf.data_ptr<float>() = 1.0f;
+  double total = 0;
+  for (double v : sums) total += v;
+  *out.data_ptr<float>() = float(total);
+}
+
+void CpuBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                              const ScaleUpdateRule& r) {
+  constexpr const char* kOp = "update_scale";
+  AG_CHECK(scale.dtype() == kFloat64 && scale.numel() == 1, kOp, "scale must be a float64 tensor of one element");
+  AG_CHECK(growth_tracker.dtype() == kInt64 && growth_tracker.numel() == 1, kOp,
+           "growth_tracker must be an int64 tensor of one element");
+  check_flag(found_inf, kOp);
+  double& s = *scale.data_ptr<double>();
+  int64_t& tracker = *growth_tracker.data_ptr<int64_t>();
+  if (*found_inf.data_ptr<float>() != 0.0f) {
+    s = std::max(s * r.backoff_factor, r.min_scale);
+    tracker = 0;
+  } else if (++tracker >= r.growth_interval) {
+    // The scale is applied as a float32 tensor, so growth beyond float32 is refused.
+    const double grown = s * r.growth_factor;
+    if (grown <= double(std::numeric_limits<float>::max())) s = std::min(grown, r.max_scale);
+    tracker = 0;
+  }
 }
 
 }  // namespace ampgrad::cpu

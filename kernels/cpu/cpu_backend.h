@@ -62,12 +62,13 @@ class CpuBackend final : public Backend {
                            const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                            const Tensor& grad_w, const Tensor& grad_b) override;
 
-  void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum, const Tensor& master,
-                const SgdStep& s) override;
-  void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                 const Tensor& master, const AdamStep& s) override;
+  void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
+  void adam_step(const OptimizerLists& lists, const AdamParams& p) override;
 
-  void amp_unscale_and_check(const Tensor& grad, double inv_scale, const Tensor& found_inf) override;
+  void scale_and_check(const TensorList& xs, const Tensor& factor, const Tensor& found_inf) override;
+  void sum_of_squares(const TensorList& xs, const Tensor& out) override;
+  void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                    const ScaleUpdateRule& rule) override;
 };
 
 }  // namespace ampgrad::cpu

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "ampgrad/autograd.h"
+#include "ampgrad/backend.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
@@ -202,21 +203,38 @@ Tensor Sequential::forward(const Tensor& x) {
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
-  double total_sq = 0;
+  // The gradients of each device, in one list: one backend call each, nothing read back.
+  std::vector<std::pair<Device, TensorList>> by_device;
   for (const auto& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    const double n = norm(g.to(kFloat32)).item<double>();
-    total_sq += n * n;
-  }
-  const double total = std::sqrt(total_sq);
-  const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0)
-    for (const auto& p : params) {
-      Tensor g = p.grad();
-      if (g.defined()) g.mul_(coef);
+    if (!g.is_contiguous()) {
+      g = g.contiguous();
+      p.set_grad(g);
     }
-  return scalar_tensor(total, kFloat32);
+    size_t k = 0;
+    while (k < by_device.size() && !(by_device[k].first == g.device())) ++k;
+    if (k == by_device.size()) by_device.emplace_back(g.device(), TensorList{});
+    by_device[k].second.push_back(g);
+  }
+  if (by_device.empty()) return zeros({});
+  const Device home = by_device.front().first;
+  Tensor total_sq;
+  for (auto& [dev, grads] : by_device) {
+    Tensor sq = zeros({1}, TensorOptions(kFloat32).device(dev));
+    backend(dev, "clip_grad_norm_").sum_of_squares(grads, sq);
+    sq = sq.to(home);
+    total_sq = total_sq.defined() ? add(total_sq, sq) : sq;
+  }
+  const Tensor total = sqrt(total_sq);
+  // min(1, max_norm / (total + 1e-6)) on the device: no host branch; scaling by exactly 1
+  // leaves every gradient as it was.
+  const Tensor coef = clamp(reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
+  for (auto& [dev, grads] : by_device) {
+    backend(dev, "clip_grad_norm_").scale_and_check(grads, coef.to(dev), Tensor());
+    for (const Tensor& g : grads) ++g.unsafe_impl()->storage->version;  // in-place writes
+  }
+  return total.reshape({});
 }
 
 }  // namespace ampgrad::nn

@@ -6,6 +6,8 @@
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
+#include "ampgrad/ops/reduce.h"
 
 namespace ampgrad::optim {
 
@@ -19,7 +21,11 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who
              " is not a leaf tensor (shape ", p.sizes(), ")");
     AG_CHECK(p.is_contiguous(), who, "parameter ", j, " of group ", groups_.size(), " is not contiguous");
   }
-  groups_.push_back({std::move(params), lr});
+  if (!step_count_.defined()) {
+    const Device d = params.empty() ? Device(kCPU) : params.front().device();
+    step_count_ = zeros({}, TensorOptions(kInt64).device(d));
+  }
+  groups_.push_back({std::move(params), lr, Tensor()});
   state_.emplace_back(groups_.back().params.size());
 }
 
@@ -30,16 +36,28 @@ void Optimizer::zero_grad() {
 
 double Optimizer::lr(size_t group) const {
   AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
-  return groups_[group].lr;
+  const Group& g = groups_[group];
+  return g.lr_tensor.defined() ? g.lr_tensor.item<double>() : g.lr;
 }
 
 void Optimizer::set_lr(size_t group, double lr) {
   AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
   groups_[group].lr = lr;
+  groups_[group].lr_tensor = Tensor();
+}
+
+void Optimizer::set_lr(size_t group, const Tensor& lr) {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  AG_CHECK(lr.defined() && lr.numel() == 1 && lr.dtype() == kFloat64, "optimizer",
+           "a learning-rate tensor must be float64 with one element, got ",
+           lr.defined() ? dtype_name(lr.dtype()) : "an undefined tensor");
+  AG_CHECK(lr.device() == step_count_.device(), "optimizer", "the learning rate is on ", lr.device(),
+           " but the parameters are on ", step_count_.device());
+  groups_[group].lr_tensor = lr;
 }
 
 void Optimizer::set_lr(double lr) {
-  for (auto& g : groups_) g.lr = lr;
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
 }
 
 std::vector<Tensor> Optimizer::parameters() const {
@@ -76,10 +94,10 @@ Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_wei
 
 StateDict Optimizer::state_dict() const {
   StateDict d;
-  d["steps"] = scalar_tensor(steps_, kInt64);
+  d["steps"] = step_count_;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
-    d[gp + "lr"] = scalar_tensor(groups_[g].lr, kFloat64);
+    d[gp + "lr"] = groups_[g].lr_tensor.defined() ? groups_[g].lr_tensor.reshape({}) : scalar_tensor(groups_[g].lr, kFloat64);
     d[gp + "size"] = scalar_tensor(int64_t(groups_[g].params.size()), kInt64);
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
       const auto& s = state_[g][j];
@@ -87,7 +105,7 @@ StateDict Optimizer::state_dict() const {
       if (s.buf1.defined()) d[sp + "buf1"] = s.buf1.detach();
       if (s.buf2.defined()) d[sp + "buf2"] = s.buf2.detach();
       if (s.master.defined()) d[sp + "master"] = s.master.detach();
-      if (s.step) d[sp + "step"] = scalar_tensor(s.step, kInt64);
+      if (s.step.defined()) d[sp + "step"] = s.step;
     }
   }
   return d;
@@ -110,6 +128,7 @@ void Optimizer::load_state_dict(const StateDict& d) {
   NoGradGuard ng;
   for (size_t g = 0; g < groups_.size(); ++g) {
     groups_[g].lr = get("param_groups." + std::to_string(g) + ".lr").item<double>();
+    groups_[g].lr_tensor = Tensor();
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
       const std::string sp = "state." + std::to_string(g) + "." + std::to_string(j) + ".";
       auto& s = state_[g][j];
@@ -127,11 +146,62 @@ void Optimizer::load_state_dict(const StateDict& d) {
       load("buf1", s.buf1);
       load("buf2", s.buf2);
       load("master", s.master);
+      // A state saved without a step count has taken one step if it has buffers: that is
+      // all SGD's first-step rule needs to know.
       auto st = d.find(sp + "step");
-      s.step = st == d.end() ? 0 : st->second.item<int64_t>();
+      const int64_t step = st != d.end() ? st->second.item<int64_t>() : s.buf1.defined() ? 1 : 0;
+      s.step = st != d.end() || s.buf1.defined() ? full({}, step, TensorOptions(kInt64).device(p.device())) : Tensor();
     }
   }
-  steps_ = get("steps").item<int64_t>();
+  step_count_ = get("steps").to(step_count_.device()).to(kInt64).reshape({}).clone();
+}
+
+StepResult Optimizer::step(const Tensor& found_inf) {
+  NoGradGuard ng;
+  ++step_calls_;
+  AG_CHECK(!found_inf.defined() || (found_inf.dtype() == kFloat32 && found_inf.numel() == 1), name(),
+           "found_inf must be a float32 tensor of one element");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    // One list per device and dtype, in the order of their first parameter.
+    std::vector<OptimizerLists> lists;
+    std::vector<std::pair<Device, DType>> keys;
+    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
+      const Tensor& p = groups_[g].params[j];
+      const Tensor grad = p.grad();
+      if (!grad.defined()) continue;
+      ParamState& s = state(g, j);
+      init_state(g, p, s);
+      if (!s.step.defined()) s.step = zeros({}, TensorOptions(kInt64).device(p.device()));
+      const std::pair<Device, DType> key{p.device(), p.dtype()};
+      size_t k = 0;
+      while (k < keys.size() && !(keys[k].first == key.first && keys[k].second == key.second)) ++k;
+      if (k == keys.size()) {
+        keys.push_back(key);
+        lists.emplace_back();
+      }
+      OptimizerLists& l = lists[k];
+      l.params.push_back(p);
+      l.grads.push_back(grad.contiguous());
+      if (s.buf1.defined()) l.buf1.push_back(s.buf1);
+      if (s.buf2.defined()) l.buf2.push_back(s.buf2);
+      l.masters.push_back(master_for(s, p, uses_master_weights(g)));
+      l.steps.push_back(s.step);
+    }
+    for (size_t k = 0; k < lists.size(); ++k) {
+      OptimizerLists& l = lists[k];
+      const Device dev = keys[k].first;
+      l.lr = {groups_[g].lr, groups_[g].lr_tensor};
+      AG_CHECK(!l.lr.tensor.defined() || l.lr.tensor.device() == dev, name(), "the learning rate of group ", g,
+               " is on ", l.lr.tensor.defined() ? l.lr.tensor.device() : dev, " but its parameters on ", dev);
+      // (a copy between devices when the flag lives elsewhere: never a host sync)
+      if (found_inf.defined()) l.found_inf = found_inf.device() == dev ? found_inf : found_inf.to(dev);
+      step_lists(g, l);
+    }
+  }
+  // The count advances on the device: by one, or by one unless the step was skipped.
+  if (found_inf.defined()) step_count_.add_(eq(found_inf, 0.0).to(kInt64).sum().to(step_count_.device()));
+  else step_count_.add_(1);
+  return found_inf.defined() ? StepResult::unless(found_inf) : StepResult(true);
 }
 
 // ---- SGD ------------------------------------------------------------------------------------
@@ -150,16 +220,15 @@ SGD::SGD(std::vector<ParamGroup> groups) {
   }
 }
 
-void SGD::step() {
-  NoGradGuard ng;
-  ++steps_;
-  for_each_param_with_grad([&](size_t g, const Tensor& p, const Tensor& grad, ParamState& s) {
-    const auto& o = options_[g];
-    const bool first = o.momentum != 0 && !s.buf1.defined();
-    if (first) s.buf1 = zeros(p.sizes().vec(), TensorOptions(kFloat32).device(p.device()));
-    SgdStep st{groups_[g].lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, first};
-    backend(p.device(), "SGD").sgd_step(p, grad.contiguous(), s.buf1, master_for(s, p, o.master_weights), st);
-  });
+void SGD::init_state(size_t g, const Tensor& p, ParamState& s) {
+  const auto& o = options_[g];
+  if (o.momentum != 0 && !s.buf1.defined()) s.buf1 = zeros(p.sizes().vec(), TensorOptions(kFloat32).device(p.device()));
+}
+
+void SGD::step_lists(size_t g, const OptimizerLists& lists) {
+  const auto& o = options_[g];
+  backend(lists.params.front().device(), "SGD")
+      .sgd_step(lists, {.momentum = o.momentum, .dampening = o.dampening, .weight_decay = o.weight_decay, .nesterov = o.nesterov});
 }
 
 // ---- Adam and AdamW ---------------------------------------------------------------------------
@@ -193,20 +262,16 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Adam(true) {
   add_groups(std::move(converted));
 }
 
-void Adam::step() {
-  NoGradGuard ng;
-  ++steps_;
-  for_each_param_with_grad([&](size_t g, const Tensor& p, const Tensor& grad, ParamState& s) {
-    const auto& o = options_[g];
-    if (!s.buf1.defined()) {
-      const auto opts = TensorOptions(kFloat32).device(p.device());
-      s.buf1 = zeros(p.sizes().vec(), opts);
-      s.buf2 = zeros(p.sizes().vec(), opts);
-    }
-    AdamStep st{groups_[g].lr, o.beta1, o.beta2, o.eps, o.weight_decay, decoupled_, ++s.step};
-    backend(p.device(), decoupled_ ? "AdamW" : "Adam")
-        .adam_step(p, grad.contiguous(), s.buf1, s.buf2, master_for(s, p, o.master_weights), st);
-  });
+void Adam::init_state(size_t g, const Tensor& p, ParamState& s) {
+  const auto opts = TensorOptions(kFloat32).device(p.device());
+  if (!s.buf1.defined()) s.buf1 = zeros(p.sizes().vec(), opts);
+  if (!s.buf2.defined()) s.buf2 = zeros(p.sizes().vec(), opts);
+}
+
+void Adam::step_lists(size_t g, const OptimizerLists& lists) {
+  const auto& o = options_[g];
+  backend(lists.params.front().device(), name())
+      .adam_step(lists, {.beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay, .decoupled = decoupled_});
 }
 
 }  // namespace ampgrad::optim

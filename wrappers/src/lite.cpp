@@ -7,7 +7,9 @@
 #include "ampgrad/autograd.h"
 #include "ampgrad/error.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
+#include "ampgrad/ops/shape.h"
 
 namespace ampgrad {
 
@@ -113,8 +115,8 @@ void LiteCore::unscale(optim::Optimizer& opt) {
   unscaled.insert(&opt);
 }
 
-bool LiteCore::step(optim::Optimizer& opt) {
-  const bool ok = plugin->optimizer_step(opt);
+StepResult LiteCore::step(optim::Optimizer& opt) {
+  const StepResult ok = plugin->optimizer_step(opt);
   stepped.insert(&opt);
   bool all = true;
   for (const optim::Optimizer* o : optimizers) all = all && stepped.count(o);
@@ -165,9 +167,9 @@ void Lite::backward(const Tensor& loss) {
   core_->plugin->backward(loss);
 }
 
-double Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {
+Tensor Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {
   core_->unscale(optimizer.optimizer());
-  return nn::clip_grad_norm_(module.parameters(), max_norm).item<double>();
+  return nn::clip_grad_norm_(module.parameters(), max_norm);
 }
 
 void Lite::seed_everything(uint64_t seed) const { manual_seed(seed); }
@@ -216,30 +218,75 @@ void Lite::load(const std::string& path, const LiteState& state) {
 // ---- LiteOptimizer and LiteScheduler -------------------------------------------------------
 
 LiteOptimizer::LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::LiteCore> core)
-    : opt_(&opt), counters_(std::make_shared<Counters>()), core_(std::move(core)) {}
+    : opt_(&opt),
+      taken_at_setup_(opt.step_count().clone()),
+      skipped_(zeros({}, TensorOptions(kInt64).device(opt.step_count().device()))),
+      core_(std::move(core)) {}
 
-bool LiteOptimizer::step() {
+StepResult LiteOptimizer::step() {
   AG_CHECK(opt_ != nullptr, "LiteOptimizer::step", "not set up (use lite.setup)");
-  const bool stepped = core_->step(*opt_);
-  ++(stepped ? counters_->taken : counters_->skipped);
-  return stepped;
+  const StepResult r = core_->step(*opt_);
+  if (r.on_device()) {
+    NoGradGuard ng;
+    skipped_.add_(ne(r.found_inf(), 0.0).to(kInt64).sum().to(skipped_.device()));
+  } else if (!r) {
+    skipped_.add_(1);
+  }
+  return r;
 }
+
+int64_t LiteOptimizer::steps_taken() const { return (optimizer().step_count() - taken_at_setup_).item<int64_t>(); }
+int64_t LiteOptimizer::steps_skipped() const { return skipped_.item<int64_t>(); }
 
 LiteScheduler::LiteScheduler(LiteOptimizer& opt, optim::SchedulePtr schedule)
-    : sched_(std::make_shared<optim::LRScheduler>(opt.optimizer(), std::move(schedule))),
-      counters_(opt.counters_),
-      seen_(opt.counters_->taken) {}
-
-bool LiteScheduler::step() {
-  if (counters_->taken <= seen_) return false;
-  seen_ = counters_->taken;
-  sched_->step();
-  return true;
+    : opt_(&opt.optimizer()), schedule_(std::move(schedule)) {
+  AG_CHECK(schedule_ != nullptr, "LiteScheduler", "the schedule is null");
+  for (size_t g = 0; g < opt_->num_groups(); ++g) base_.push_back(opt_->lr(g));
+  set_last_step(0);
 }
 
+// The table holds the rate of every position up to bound_ (and some beyond, so that it
+// grows rarely): the position can never pass the optimizer's step() calls since bound_ was
+// set, which the host counts.
+void LiteScheduler::ensure_table(int64_t last_position) {
+  if (last_position < table_len_) return;
+  const int64_t len = std::max<int64_t>(2 * table_len_, last_position + 64);
+  const Device dev = opt_->step_count().device();
+  table_.clear();
+  for (double base : base_) {
+    std::vector<double> v(static_cast<size_t>(len));
+    for (int64_t t = 0; t < len; ++t) v[size_t(t)] = schedule_->lr(t, base);
+    table_.push_back(from_vector<double>(v, {len}).to(dev));  // a copy to the device: no host sync
+  }
+  table_len_ = len;
+}
+
+void LiteScheduler::apply() {
+  const Tensor index = position_.reshape({1});
+  for (size_t g = 0; g < base_.size(); ++g) opt_->set_lr(g, table_[g].index_select(0, index));
+}
+
+void LiteScheduler::step() {
+  NoGradGuard ng;
+  const Tensor count = opt_->step_count();
+  position_ = position_ + (count - seen_);
+  seen_ = count.clone();
+  ensure_table(bound_ + (opt_->step_calls() - calls_at_bound_));
+  apply();
+}
+
+int64_t LiteScheduler::last_step() const { return position_.item<int64_t>(); }
+
 void LiteScheduler::set_last_step(int64_t t) {
-  sched_->set_last_step(t);
-  seen_ = counters_->taken;
+  AG_CHECK(t >= 0, "LiteScheduler::set_last_step", "expected a non-negative step, got ", t);
+  NoGradGuard ng;
+  const Device dev = opt_->step_count().device();
+  position_ = full({}, t, TensorOptions(kInt64).device(dev));
+  seen_ = opt_->step_count().clone();
+  bound_ = t;
+  calls_at_bound_ = opt_->step_calls();
+  ensure_table(t);
+  apply();
 }
 
 // ---- StateItem -----------------------------------------------------------------------------
@@ -287,9 +334,7 @@ StateItem::StateItem(LiteOptimizer& optimizer) : StateItem(optimizer.optimizer()
 
 StateItem::StateItem(LiteScheduler& scheduler) {
   LiteScheduler* s = &scheduler;
-  save_ = [s](const std::string& name, nn::StateDict& t, nn::Metadata&) {
-    t[name + ".last_step"] = scalar_tensor(s->last_step(), TensorOptions().dtype(kInt64));
-  };
+  save_ = [s](const std::string& name, nn::StateDict& t, nn::Metadata&) { t[name + ".last_step"] = s->position().clone(); };
   load_ = [s](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
     const auto it = t.find(name + ".last_step");
     need(it != t.end(), path, "scheduler \"" + name + "\"");

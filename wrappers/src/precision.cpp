@@ -221,10 +221,7 @@ Tensor PrecisionPlugin::convert_output(const Tensor& t, DType dtype) {
 
 void PrecisionPlugin::backward(const Tensor& loss) { loss.backward(); }
 
-bool PrecisionPlugin::optimizer_step(optim::Optimizer& optimizer) {
-  optimizer.step();
-  return true;
-}
+StepResult PrecisionPlugin::optimizer_step(optim::Optimizer& optimizer) { return optimizer.step(); }
 
 namespace {
 
@@ -249,7 +246,7 @@ class F16MixedPlugin final : public PrecisionPlugin {
   ForwardContext forward_context() const override { return ForwardContext(device_type(), kFloat16); }
   void backward(const Tensor& loss) override { scaler_.scale(loss).backward(); }
   void unscale_gradients(optim::Optimizer& optimizer) override { scaler_.unscale_(optimizer); }
-  bool optimizer_step(optim::Optimizer& optimizer) override { return scaler_.step(optimizer); }
+  StepResult optimizer_step(optim::Optimizer& optimizer) override { return scaler_.step(optimizer); }
   bool scales_loss() const override { return scaler_.is_enabled(); }
   double loss_scale() const override { return scaler_.get_scale(); }
   GradScaler* scaler() override { return &scaler_; }

@@ -23,8 +23,6 @@
 
 namespace ampgrad {
 
-using TensorList = std::vector<Tensor>;
-
 /// Thread-local grad mode: when off, ops record nothing.
 struct GradMode {
   static bool is_enabled();

@@ -35,20 +35,53 @@ struct Pool2dParams {
   bool count_include_pad = true;  // avg_pool2d
 };
 
-/// One SGD update (PyTorch's rule): d = g + wd * w; with momentum, buf = first ? d :
-/// momentum * buf + (1 - dampening) * d and d = nesterov ? d + momentum * buf : buf;
-/// w -= lr * d.
-struct SgdStep {
-  double lr, momentum, dampening, weight_decay;
-  bool nesterov, first;
+/// The learning rate of an optimizer step: a host value, or (when `tensor` is defined) a
+/// one-element float64 tensor on the parameters' device, which a device-side schedule
+/// writes without the host reading it.
+struct LearningRate {
+  double value = 0;
+  Tensor tensor;
 };
 
-/// One Adam / AdamW update (PyTorch's rule) at 1-based step `step`; decoupled applies the
-/// weight decay as w *= 1 - lr * wd (AdamW) instead of adding wd * w to the gradient.
-struct AdamStep {
-  double lr, beta1, beta2, eps, weight_decay;
-  bool decoupled;
-  int64_t step;
+/// The lists of one fused optimizer step: every parameter of a group that has a gradient
+/// and shares a device and dtype. Lists are parallel and of one length (state lists may be
+/// empty where the optimizer keeps no such state). params[i] and grads[i] are contiguous
+/// and of one dtype; state is float32; masters[i] (float32) is updated instead of
+/// params[i] when defined, and params[i] receives its rounding; steps[i] (int64, one
+/// element) counts the updates applied to params[i] and is incremented by the step.
+/// found_inf (float32, one element, or undefined): when nonzero the whole call writes
+/// nothing — parameters, state and step counters keep their values (a step the grad scaler
+/// skips, decided on the device).
+struct OptimizerLists {
+  TensorList params, grads, buf1, buf2, masters, steps;
+  LearningRate lr;
+  Tensor found_inf;
+};
+
+/// SGD (PyTorch's rule): d = g + wd * w; with momentum, buf = (first step: steps[i] == 0) ?
+/// d : momentum * buf + (1 - dampening) * d and d = nesterov ? d + momentum * buf : buf;
+/// w -= lr * d. buf1 holds the momentum buffers (empty without momentum).
+struct SgdParams {
+  double momentum = 0, dampening = 0, weight_decay = 0;
+  bool nesterov = false;
+};
+
+/// Adam / AdamW (PyTorch's rule) at the 1-based step steps[i] + 1, with buf1 = exp_avg and
+/// buf2 = exp_avg_sq; decoupled applies the weight decay as w *= 1 - lr * wd (AdamW)
+/// instead of adding wd * w to the gradient (Adam).
+struct AdamParams {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool decoupled = false;
+};
+
+/// The grad scaler's update rule (PyTorch's _amp_update_scale_, plus bounds): on an
+/// overflow the scale is multiplied by backoff_factor (not below min_scale) and the growth
+/// tracker reset to 0; otherwise the tracker counts one more clean iteration, and when it
+/// reaches growth_interval the scale is multiplied by growth_factor (kept only if finite
+/// as a float32, and capped at max_scale) and the tracker restarts at 0.
+struct ScaleUpdateRule {
+  double growth_factor = 2, backoff_factor = 0.5, min_scale = 0, max_scale = 0;
+  int64_t growth_interval = 2000;
 };
 
 class Backend {
@@ -144,21 +177,26 @@ class Backend {
                                    const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                    const Tensor& grad_w, const Tensor& grad_b);
 
-  // ---- optimizers (contiguous param and grad of one dtype; float32 state) ------------------
-  /// momentum: float32 buffer or undefined (no momentum); master: float32 copy to update
-  /// instead of param (param receives its rounding), or undefined.
-  virtual void sgd_step(const Tensor& param, const Tensor& grad, const Tensor& momentum,
-                        const Tensor& master, const SgdStep& s);
-  virtual void adam_step(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                         const Tensor& exp_avg_sq, const Tensor& master, const AdamStep& s);
+  // ---- optimizers: one call steps every listed parameter (see OptimizerLists) --------------
+  virtual void sgd_step(const OptimizerLists& lists, const SgdParams& p);
+  virtual void adam_step(const OptimizerLists& lists, const AdamParams& p);
 
-  // ---- amp (the grad scaler) -----------------------------------------------------------
-  /// One fused pass over a contiguous floating gradient: grad *= inv_scale in place
-  /// (computed in float32, float64 for float64 grads), and found_inf (float32, one
-  /// element, on grad's device) is set to 1 if any element of grad was inf or NaN before
-  /// scaling; it is never cleared here, so one flag can collect several gradients. Nothing
-  /// is read back to the host.
-  virtual void amp_unscale_and_check(const Tensor& grad, double inv_scale, const Tensor& found_inf);
+  // ---- multi-tensor helpers (the grad scaler, gradient clipping) ---------------------
+  /// For every tensor of the list (contiguous, floating, one device): x *= factor in place,
+  /// computed in float32 (float64 for float64 tensors), where factor is a one-element
+  /// float32 or float64 tensor on the device. When found_inf (float32, one element) is
+  /// defined, it is set to 1 if any element of any tensor was inf or NaN before scaling; it
+  /// is never cleared here, so one flag can collect several calls. Nothing is read back to
+  /// the host.
+  virtual void scale_and_check(const TensorList& xs, const Tensor& factor, const Tensor& found_inf);
+  /// out (float32, one element) = the sum of the squares of every element of every tensor
+  /// of the list (contiguous, floating, one device), accumulated in float32 per tensor and
+  /// in float64 across tensors.
+  virtual void sum_of_squares(const TensorList& xs, const Tensor& out);
+  /// Applies ScaleUpdateRule on the device: scale (float64, one element), growth_tracker
+  /// (int64, one element) and found_inf (float32, one element; nonzero: an overflow).
+  virtual void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                            const ScaleUpdateRule& rule);
 };
 
 /// The backend of a device type. `op` names the caller in the error raised when the device

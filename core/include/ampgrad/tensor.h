@@ -255,6 +255,8 @@ struct AutogradMeta {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
+using TensorList = std::vector<Tensor>;
+
 /// Makes a contiguous tensor without autograd state; the building block of factories.
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
 /// Row-major strides of a shape.

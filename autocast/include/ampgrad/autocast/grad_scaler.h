@@ -11,7 +11,7 @@
 //     ag::Tensor loss = loss_fn(model(x), y);
 //     scaler.scale(loss).backward();
 //     scaler.unscale_(opt);              // optional: clip or inspect unscaled grads here
-//     bool stepped = scaler.step(opt);   // false when a gradient was inf or NaN
+//     scaler.step(opt);                  // skipped (on the device) when a gradient was inf or NaN
 //     scaler.update();                   // once per iteration, after every step()
 //   }
 //
@@ -26,11 +26,14 @@
 // parameters must be float32 or bfloat16: a float16 gradient cannot hold an unscaled value
 // reliably, which is PyTorch's rule too).
 //
-// Scale and growth tracker live on the host as double and int64: the update rule is a few
-// scalar operations, and the only device-to-host read is one flag per optimizer and device
-// per iteration (in step(), or update() when step() was not called), as in PyTorch. Each
-// gradient is unscaled and checked by one fused backend kernel, amp_unscale_and_check, with
-// inv_scale = 1 / scale computed in double.
+// Nothing is read back to the host during an iteration. The scale, the growth tracker and
+// the counters are tensors on the parameters' device; one backend call per device unscales
+// and checks all of an optimizer's gradients (scale_and_check, with inv_scale = 1 / scale
+// computed there in float64) and raises a device flag, found_inf; the optimizer's fused
+// step reads the flag on the device and skips itself; the update rule runs on the device
+// (update_scale, PyTorch's _amp_update_scale_). Only the state machine's bookkeeping
+// (which optimizer is at which stage) lives on the host. Reading a value (get_scale(),
+// skipped_steps(), the bool of a StepResult) is a host sync.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "ampgrad/step_result.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad {
@@ -83,10 +87,11 @@ class GradScaler {
   /// records whether any was inf or NaN. Optional: step() does it when it was not called.
   void unscale_(optim::Optimizer& optimizer);
 
-  /// Unscales (unless unscale_ was called) and calls optimizer.step() unless a gradient of
-  /// this optimizer was inf or NaN. Returns whether the optimizer stepped. Disabled: steps
-  /// and returns true.
-  bool step(optim::Optimizer& optimizer);
+  /// Unscales (unless unscale_ was called) and steps the optimizer with the inf flag, so
+  /// that the step is skipped on the device when a gradient of this optimizer was inf or
+  /// NaN. The result is lazy: its bool (whether the optimizer stepped) is a host sync.
+  /// Disabled: steps, and the result is true.
+  StepResult step(optim::Optimizer& optimizer);
 
   /// Updates the scale once per iteration, from every optimizer's inf checks since the
   /// last update: any overflow multiplies the scale by backoff_factor (not below
@@ -99,23 +104,29 @@ class GradScaler {
   /// tracker is kept. Like update(), makes every optimizer READY.
   void update(double new_scale);
 
-  /// The current scale; 1 when disabled.
+  /// The current scale (a host sync); 1 when disabled.
   double get_scale() const;
-  int64_t get_growth_tracker() const { return growth_tracker_; }
+  /// The scale itself: a 0-dim float64 tensor on the parameters' device (read by nothing
+  /// on the host).
+  const Tensor& scale_tensor() const { return scale_; }
+  /// A host sync.
+  int64_t get_growth_tracker() const { return growth_tracker_.item<int64_t>(); }
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
-  /// Counters for the trainer (beyond PyTorch). Optimizer steps skipped for inf/NaN.
-  int64_t skipped_steps() const { return skipped_steps_; }
+  /// Counters for the trainer (beyond PyTorch). Optimizer steps skipped for inf/NaN (a host
+  /// sync).
+  int64_t skipped_steps() const { return skipped_steps_.item<int64_t>(); }
   /// update() calls so far that applied the rule: the iteration counter.
   int64_t num_updates() const { return num_updates_; }
   /// The iteration (0-based num_updates() at the time) of the last update() that saw an
-  /// overflow; -1 if none.
-  int64_t last_overflow_step() const { return last_overflow_step_; }
+  /// overflow; -1 if none (a host sync).
+  int64_t last_overflow_step() const { return last_overflow_step_.item<int64_t>(); }
 
   /// scale, growth_factor, backoff_factor, growth_interval and growth_tracker (as PyTorch),
   /// plus min_scale, max_scale, skipped_steps, num_updates and last_overflow_step, each a
-  /// 0-dim CPU tensor (float64 or int64). Empty when disabled, as in PyTorch.
+  /// 0-dim tensor (float64 or int64; the state's own on the parameters' device, copies of
+  /// the options on the CPU). Empty when disabled, as in PyTorch.
   std::map<std::string, Tensor> state_dict() const;
   /// Restores a state_dict(). The five PyTorch keys are required; the others are optional
   /// (absent ones keep their value). No-op when disabled; an empty dict is refused.
@@ -127,20 +138,20 @@ class GradScaler {
     Stage stage = Stage::Ready;
     /// One flag per device holding gradients of this optimizer (float32, one element).
     std::vector<std::pair<Device, Tensor>> found_inf;
-    bool read = false;       // found_inf has been read back into `overflow`
-    bool overflow = false;
+    /// The flags combined on the scale's device: nonzero when any gradient overflowed.
+    Tensor any_inf;
   };
   OptimizerState& state_of(const optim::Optimizer& opt);
   void unscale_grads(optim::Optimizer& opt, OptimizerState& st);
-  /// Reads the optimizer's flags back once (the one host sync) and caches the result.
-  static bool overflowed(OptimizerState& st);
+  /// Moves the state tensors to `device` (the first time the scaler sees the parameters').
+  void place(Device device);
 
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_steps_ = 0;
-  int64_t num_updates_ = 0;
-  int64_t last_overflow_step_ = -1;
+  Tensor scale_;               // float64, 0-dim
+  Tensor growth_tracker_;      // int64, 0-dim
+  Tensor skipped_steps_;       // int64, 0-dim
+  Tensor last_overflow_step_;  // int64, 0-dim
+  int64_t num_updates_ = 0;    // update() calls: host bookkeeping, not a value
   // Keyed by address: the scaler never dereferences a key except through the reference
   // handed to unscale_/step, and update() forgets them all.
   std::map<const optim::Optimizer*, OptimizerState> per_optimizer_;

@@ -107,8 +107,10 @@ class Sequential : public Module {
 /// device), keeping its autograd identity; every handle on param sees the new data.
 void set_data(const Tensor& param, const Tensor& value);
 
-/// Scales the gradients of params so that their global 2-norm is at most max_norm;
-/// returns the norm before clipping (float32 scalar tensor, as PyTorch).
+/// Scales the gradients of params so that their global 2-norm is at most max_norm, on the
+/// device: one multi-tensor reduction and one multi-tensor scale per device, no host
+/// branch. Returns the norm before clipping, a 0-dim float32 tensor on the gradients'
+/// device (as PyTorch); reading it is a host sync.
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ampgrad::nn

@@ -3,17 +3,24 @@
 //
 // Options are plain structs filled with designated initializers:
 //   ag::optim::AdamW opt(net->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
-// Each step is one fused pass per parameter (kernels/*/optim), so the optimizer costs one
-// read and write of the parameter, gradient and moments. With master_weights, a float16 or
-// bfloat16 parameter is updated through a float32 copy kept in the state, and the
-// parameter receives its rounding (the float32 copy is what accumulates small updates).
+// A step is one fused multi-tensor backend call per group, device and dtype
+// (kernels/*/optim), one pass over each parameter, gradient and moments. With
+// master_weights, a float16 or bfloat16 parameter is updated through a float32 copy kept in
+// the state, and the parameter receives its rounding (the float32 copy is what accumulates
+// small updates).
+//
+// Nothing in a step is read back to the host: step counters are device tensors, the
+// learning rate may be one (set_lr with a tensor), and a step the grad scaler skips is
+// skipped on the device (step(found_inf)), so a training loop never waits for the device.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ampgrad/backend.h"
 #include "ampgrad/nn/module.h"
+#include "ampgrad/step_result.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad::optim {
@@ -25,8 +32,12 @@ using StateDict = nn::StateDict;
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  /// Performs one update of every parameter that has a gradient.
-  virtual void step() = 0;
+  /// Updates every parameter that has a gradient. `found_inf` (a float32 one-element flag
+  /// on the parameters' device, raised by the grad scaler when a gradient overflowed)
+  /// makes the backend skip the update on the device: parameters, state and step counters
+  /// keep their values. The result is lazy: converting it to bool is a host sync when
+  /// found_inf is given, and free otherwise.
+  StepResult step(const Tensor& found_inf = Tensor());
   /// Drops every parameter's gradient (PyTorch's set_to_none).
   void zero_grad();
   /// Turns float32 master weights for float16/bfloat16 parameters on or off in every group
@@ -36,13 +47,22 @@ class Optimizer {
   /// before a model is converted to 16 bits, the masters keep the full float32 values.
   void init_master_weights();
   size_t num_groups() const { return groups_.size(); }
+  /// A group's learning rate; a host sync when it is a device tensor (set_lr(group, Tensor)).
   double lr(size_t group = 0) const;
   void set_lr(size_t group, double lr);
+  /// A learning rate on the device (a one-element float64 tensor on the parameters'
+  /// device, e.g. computed from step_count() by a schedule): steps read it there.
+  void set_lr(size_t group, const Tensor& lr);
   /// Sets every group's learning rate.
   void set_lr(double lr);
   std::vector<Tensor> parameters() const;
-  /// Steps taken so far.
-  int64_t steps() const { return steps_; }
+  /// Steps that updated the parameters (skipped ones not counted): a 0-dim int64 tensor on
+  /// the parameters' device, advanced on the device.
+  const Tensor& step_count() const { return step_count_; }
+  /// step_count() read on the host (a host sync).
+  int64_t steps() const { return step_count_.item<int64_t>(); }
+  /// step() calls so far, skipped ones included: host bookkeeping, an upper bound of steps().
+  int64_t step_calls() const { return step_calls_; }
   /// Learning rates, step counts and state. Like PyTorch's, the state tensors are live
   /// views: clone them (or save the dict) before stepping on if you need a snapshot.
   /// Betas, eps and weight decay are not included; they come from the constructor.
@@ -55,31 +75,31 @@ class Optimizer {
   struct Group {
     std::vector<Tensor> params;
     double lr;
+    Tensor lr_tensor;  // when defined, the rate steps read (on the device)
   };
   struct ParamState {
     Tensor buf1, buf2;  // momentum, or (exp_avg, exp_avg_sq); float32
     Tensor master;      // float32 copy of a 16-bit parameter, when master_weights
-    int64_t step = 0;   // updates applied to this parameter (Adam's bias correction)
+    Tensor step;        // int64, one element: updates applied to this parameter
   };
   void add_group(std::vector<Tensor> params, double lr, const char* who);
-  /// State of parameter j of group g, created on first use.
+  /// State of parameter j of group g.
   ParamState& state(size_t g, size_t j);
-  /// Calls f(group, param, grad, state) for every parameter that has a gradient.
-  template <class F>
-  void for_each_param_with_grad(F&& f) {
-    for (size_t g = 0; g < groups_.size(); ++g)
-      for (size_t j = 0; j < groups_[g].params.size(); ++j) {
-        const Tensor& p = groups_[g].params[j];
-        const Tensor grad = p.grad();
-        if (grad.defined()) f(g, p, grad, state(g, j));
-      }
-  }
+  /// Creates what a parameter's state lacks (buffers, master) before its first step.
+  virtual void init_state(size_t group, const Tensor& param, ParamState& s) = 0;
+  /// One fused backend call over `lists` (parameters of one group, device and dtype).
+  virtual void step_lists(size_t group, const OptimizerLists& lists) = 0;
   /// The float32 copy to update, or undefined when the parameter itself is updated.
   Tensor master_for(ParamState& s, const Tensor& param, bool master_weights);
+  /// A name for error messages ("SGD", "Adam", "AdamW").
+  virtual const char* name() const = 0;
+  /// Whether group g updates 16-bit parameters through float32 master weights.
+  virtual bool uses_master_weights(size_t group) const = 0;
 
   std::vector<Group> groups_;
   std::vector<std::vector<ParamState>> state_;
-  int64_t steps_ = 0;
+  Tensor step_count_;
+  int64_t step_calls_ = 0;
 };
 
 struct SGDOptions {
@@ -99,8 +119,13 @@ class SGD : public Optimizer {
   };
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   SGD(std::vector<ParamGroup> groups);
-  void step() override;
   void set_master_weights(bool on) override;
+
+ protected:
+  void init_state(size_t group, const Tensor& param, ParamState& s) override;
+  void step_lists(size_t group, const OptimizerLists& lists) override;
+  const char* name() const override { return "SGD"; }
+  bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
 
  private:
   std::vector<SGDOptions> options_;
@@ -132,10 +157,13 @@ class Adam : public Optimizer {
   };
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   Adam(std::vector<ParamGroup> groups);
-  void step() override;
   void set_master_weights(bool on) override;
 
  protected:
+  void init_state(size_t group, const Tensor& param, ParamState& s) override;
+  void step_lists(size_t group, const OptimizerLists& lists) override;
+  const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}
   void add_groups(std::vector<ParamGroup> groups);
   std::vector<AdamOptions> options_;

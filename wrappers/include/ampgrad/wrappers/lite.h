@@ -6,7 +6,7 @@
 //     optimizer.zero_grad();
 //     ag::Tensor loss = ag::cross_entropy(model(batch.input), batch.target);
 //     lite.backward(loss);                             // scales under 16-mixed
-//     bool stepped = optimizer.step();                 // unscale, skip on inf/NaN, update the scale
+//     optimizer.step();                                // unscale, skip on inf/NaN, update the scale
 //   }
 //   lite.save("ckpt.safetensors", {{"model", model}, {"optimizer", optimizer}});
 //
@@ -102,7 +102,7 @@ struct LiteCore {
   /// Applies the scaler's update if an optimizer stepped or unscaled since the last one.
   void finish_iteration();
   void unscale(optim::Optimizer& opt);
-  bool step(optim::Optimizer& opt);
+  StepResult step(optim::Optimizer& opt);
   void warn(const std::string& line) const;
 };
 
@@ -161,47 +161,61 @@ class LiteOptimizer {
  public:
   LiteOptimizer() = default;
   LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::LiteCore> core);
-  /// The precision's step: under 16-mixed, unscale (unless clip_gradients did), skip when
-  /// a gradient is inf or NaN. Returns whether the parameters were updated.
-  bool step();
+  /// The precision's step: under 16-mixed, unscale (unless clip_gradients did), skip on the
+  /// device when a gradient is inf or NaN. The result's bool (whether the parameters were
+  /// updated) is a host sync under 16-mixed; nothing waits unless it is asked.
+  StepResult step();
   void zero_grad() { optimizer().zero_grad(); }
   optim::Optimizer& optimizer() const {
     AG_CHECK(opt_ != nullptr, "LiteOptimizer", "not set up (use lite.setup or lite.setup_optimizer)");
     return *opt_;
   }
   optim::Optimizer* operator->() const { return opt_; }
-  /// Steps that updated the parameters, and steps skipped for inf/NaN gradients.
-  int64_t steps_taken() const { return counters_->taken; }
-  int64_t steps_skipped() const { return counters_->skipped; }
+  /// Steps that updated the parameters, and steps skipped for inf/NaN gradients, since
+  /// setup (host syncs: the counts live on the device).
+  int64_t steps_taken() const;
+  int64_t steps_skipped() const;
 
  private:
   friend class LiteScheduler;
   friend class Lite;
-  struct Counters {
-    int64_t taken = 0, skipped = 0;
-  };
   optim::Optimizer* opt_ = nullptr;
-  std::shared_ptr<Counters> counters_;
+  Tensor taken_at_setup_;  // the optimizer's step_count() when set up
+  Tensor skipped_;         // int64, 0-dim, on the parameters' device
   std::shared_ptr<detail::LiteCore> core_;
 };
 
-/// A learning-rate schedule bound to a LiteOptimizer: step() advances only when the
-/// optimizer updated the parameters since the last advance, so a step skipped for an
-/// overflow does not move the schedule on.
+/// A learning-rate schedule bound to a LiteOptimizer that follows the optimizer's real
+/// steps: step() moves the schedule by the updates the optimizer applied since the last
+/// call (one, or none for a step skipped for an overflow), on the device. The learning
+/// rate is looked up on the device in a table of the schedule's values, which the host
+/// extends ahead of need, so the host never reads the step count.
 class LiteScheduler {
  public:
   LiteScheduler(LiteOptimizer& opt, optim::SchedulePtr schedule);
-  /// Advances one step if the optimizer stepped since; returns whether it advanced.
-  bool step();
-  int64_t last_step() const { return sched_->last_step(); }
-  double last_lr(size_t group = 0) const { return sched_->last_lr(group); }
+  /// Advances by the optimizer's real steps since the last call and sets every group's
+  /// learning rate (a device tensor). No host sync.
+  void step();
+  /// The schedule's position: the real steps it has followed (a host sync).
+  int64_t last_step() const;
+  /// A group's current learning rate (a host sync).
+  double last_lr(size_t group = 0) const { return opt_->lr(group); }
   /// Restores a checkpointed position.
   void set_last_step(int64_t t);
+  /// The position as a 0-dim int64 tensor on the parameters' device (for checkpoints).
+  const Tensor& position() const { return position_; }
 
  private:
-  std::shared_ptr<optim::LRScheduler> sched_;
-  std::shared_ptr<LiteOptimizer::Counters> counters_;
-  int64_t seen_ = 0;
+  void ensure_table(int64_t last_position);
+  void apply();
+  optim::Optimizer* opt_;
+  optim::SchedulePtr schedule_;
+  std::vector<double> base_;
+  Tensor position_, seen_;          // int64, 0-dim: the position, the step_count() it has seen
+  std::vector<Tensor> table_;       // per group: float64 [table_len_], the rate at each position
+  int64_t table_len_ = 0;
+  int64_t bound_ = 0;               // host: no position beyond this can have been reached
+  int64_t calls_at_bound_ = 0;      // the optimizer's step calls when bound_ was set
 };
 
 /// Batches of a DataLoader, moved to the Lite's device.
@@ -319,10 +333,11 @@ class Lite {
   /// wrapped module's output is refused, since the scale would be silently missing).
   void backward(const Tensor& loss);
   /// Clips the gradients of the module's parameters to a total 2-norm of max_norm, after
-  /// unscaling them under 16-mixed; returns the norm before clipping (unscaled).
-  double clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm);
+  /// unscaling them under 16-mixed, on the device; returns the norm before clipping
+  /// (unscaled) as a 0-dim float32 tensor there (reading it is a host sync).
+  Tensor clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm);
   template <class M>
-  double clip_gradients(LiteModule<M>& module, LiteOptimizer& optimizer, double max_norm) {
+  Tensor clip_gradients(LiteModule<M>& module, LiteOptimizer& optimizer, double max_norm) {
     return clip_gradients(static_cast<nn::Module&>(module.module()), optimizer, max_norm);
   }
 
@@ -337,7 +352,8 @@ class Lite {
     std::fflush(stdout);
   }
 
-  /// The loss scale (1 unless 16-mixed) and the steps skipped for inf/NaN gradients.
+  /// The loss scale (1 unless 16-mixed) and the steps skipped for inf/NaN gradients (host
+  /// syncs).
   double loss_scale() const { return core_->plugin->loss_scale(); }
   int64_t skipped_steps() const;
 

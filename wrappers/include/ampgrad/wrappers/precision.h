@@ -141,9 +141,9 @@ class PrecisionPlugin {
   virtual void backward(const Tensor& loss);
   /// Divides the optimizer's gradients by the loss scale (16-mixed); no-op otherwise.
   virtual void unscale_gradients(optim::Optimizer& optimizer) { (void)optimizer; }
-  /// Steps the optimizer unless its gradients overflowed (16-mixed); returns whether it
-  /// stepped.
-  virtual bool optimizer_step(optim::Optimizer& optimizer);
+  /// Steps the optimizer unless its gradients overflowed (16-mixed: decided on the device);
+  /// the result's bool, whether it stepped, is a host sync when decided there.
+  virtual StepResult optimizer_step(optim::Optimizer& optimizer);
   /// Whether backward() scales the loss (only 16-mixed).
   virtual bool scales_loss() const { return false; }
   /// The current loss scale; 1 when the loss is not scaled.
