@@ -467,3 +467,66 @@ TEST(GradScalerTraining, Float16MlpSkipsThePoisonedStep) {
 }
 
 }  // namespace
+
+// ---- PyTorch's sequence, on the device, through a checkpoint ------------------------------
+
+namespace {
+// PyTorch's _amp_update_scale_, written out: the reference for the device kernel.
+void torch_update(double& scale, int64_t& tracker, bool found_inf, double growth, double backoff, int64_t interval) {
+  if (found_inf) {
+    scale *= backoff;
+    tracker = 0;
+  } else if (tracker + 1 == interval) {
+    scale *= growth;
+    tracker = 0;
+  } else {
+    ++tracker;
+  }
+}
+}  // namespace
+
+// growth_interval 3 and an inf every 4th step, 16 iterations: the scale and tracker after
+// each update follow PyTorch's rule; a scaler restored from a checkpoint saved after the
+// 6th iteration continues the sequence bit for bit.
+TEST(GradScalerDevice, FollowsPyTorchsSequenceAndResumesFromACheckpoint) {
+  const ag::GradScalerOptions o{.init_scale = 1024, .growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3};
+  Rig rig, rig2;
+  ag::GradScaler scaler(o), resumed(o);
+  double ref_scale = o.init_scale;
+  int64_t ref_tracker = 0;
+  agt::TempDir dir;
+  bool restored = false;
+  for (int it = 1; it <= 16; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    const bool inf = it % 4 == 0;
+    rig.set_grad(inf ? Grad::Inf : Grad::Clean, ref_scale);
+    const ag::StepResult r = scaler.step(rig.opt);
+    EXPECT_TRUE(r.on_device());
+    scaler.update();
+    torch_update(ref_scale, ref_tracker, inf, 2, 0.5, 3);
+    EXPECT_EQ(bool(r), !inf);
+    EXPECT_EQ(scaler.get_scale(), ref_scale);
+    EXPECT_EQ(scaler.get_growth_tracker(), ref_tracker);
+    if (it == 6) {
+      ag::nn::StateDict sd;
+      for (auto& [k, v] : scaler.state_dict()) sd[k] = v;
+      ag::nn::save(dir.file("scaler.safetensors"), sd);
+      const ag::nn::StateDict back = ag::nn::load(dir.file("scaler.safetensors"));
+      resumed.load_state_dict(std::map<std::string, ag::Tensor>(back.begin(), back.end()));
+      restored = true;
+      continue;
+    }
+    if (restored) {
+      rig2.set_grad(inf ? Grad::Inf : Grad::Clean, resumed.get_scale());
+      resumed.step(rig2.opt);
+      resumed.update();
+      EXPECT_EQ(resumed.get_scale(), scaler.get_scale());
+      EXPECT_EQ(resumed.get_growth_tracker(), scaler.get_growth_tracker());
+      EXPECT_EQ(resumed.skipped_steps(), scaler.skipped_steps());
+      EXPECT_EQ(resumed.last_overflow_step(), scaler.last_overflow_step());
+      EXPECT_EQ(resumed.num_updates(), scaler.num_updates());
+    }
+  }
+  EXPECT_EQ(scaler.skipped_steps(), 4);
+  EXPECT_EQ(scaler.last_overflow_step(), 15);  // the 16th update, 0-based
+}
