@@ -6,6 +6,7 @@
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/nn.h"
+#include "ampgrad/ops/reduce.h"
 #include "ampgrad/ops/shape.h"
 
 namespace ampgrad::nn {
@@ -47,6 +48,9 @@ Tensor GPT::forward(const Tensor& idx) {
 
 std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, double temperature, uint64_t seed) {
   AG_CHECK(!tokens.empty(), "GPT::generate", "the prompt is empty");
+  AG_CHECK(n >= 0, "GPT::generate", "the number of tokens to generate must be non-negative, got ", n);
+  AG_CHECK(temperature >= 0 && std::isfinite(temperature), "GPT::generate",
+           "temperature must be finite and non-negative (0: greedy), got ", temperature);
   NoGradGuard ng;
   const bool was_training = is_training();
   eval();
@@ -57,6 +61,10 @@ std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, doubl
     std::vector<int64_t> ctx(tokens.begin() + start, tokens.end());
     Tensor logits = forward(from_vector<int64_t>(ctx, {1, int64_t(ctx.size())}));
     Tensor last = logits.select(1, int64_t(ctx.size()) - 1).squeeze(0);
+    if (temperature == 0) {  // greedy: the most likely token, without drawing
+      tokens.push_back(argmax(last, 0).item<int64_t>());
+      continue;
+    }
     const auto p = softmax(last.to(kFloat64) * (1.0 / temperature), -1).to_vector<double>();
     double r = u(rng), acc = 0;
     int64_t pick = int64_t(p.size()) - 1;

@@ -30,8 +30,9 @@ class GPT : public Module {
  public:
   explicit GPT(GPTConfig config);
   Tensor forward(const Tensor& idx) override;
-  /// Extends `prompt` by `n` tokens sampled from the softmax at `temperature`, with a
-  /// generator seeded by `seed`.
+  /// Extends `prompt` by `n` tokens sampled from the softmax at `temperature` (0: the most
+  /// likely token each time), with a generator seeded by `seed`; the context is the last
+  /// block_size tokens.
   std::vector<int64_t> generate(std::vector<int64_t> prompt, int64_t n, double temperature = 1.0,
                                 uint64_t seed = 0);
   const GPTConfig& config() const { return config_; }
