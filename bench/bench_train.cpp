@@ -17,6 +17,8 @@
 // lite_overhead/{mlp,mlp16}/{ampgrad,hand_loop}: the Lite step against the same loop
 // written by hand with AutocastGuard (and, for 16-mixed, GradScaler): what the wrappers
 // cost (target: under 3%, ratio >= 0.97).
+// Every Lite step also reports its host syncs per step (counter host_syncs/step; ampgrad/sync.h),
+// which must be 0: nothing in a step reads a value back from the device.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 #include <omp.h>
@@ -112,7 +114,10 @@ void BM_lite_step(benchmark::State& state, bool cnn, const char* precision) {
       opt.step();
       benchmark::DoNotOptimize(loss.unsafe_impl());
     };
+    const uint64_t syncs = ag::host_sync_count();
     run_steps(state, step, kImageBatch, "samples/s");
+    // host syncs per step (the two warm-up steps included): the target is 0
+    state.counters["host_syncs/step"] = double(ag::host_sync_count() - syncs) / double(state.iterations() + 2);
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }

@@ -36,7 +36,12 @@ TARGETS = [
     (r"^lite_overhead/", "ratio", 0.97),
     (r"^amp_train_step/mlp$", "min_rate", 60000),
     (r"^amp_train_step/cnn$", "min_rate", 5000),
+    # bench_optim: the fused multi-tensor AdamW step no slower than the per-parameter loop.
+    (r"^optim_step/", "ratio", 1.0),
 ]
+# Counters that must stay at or under a bound in every case that reports them (shown in
+# the note column; a case over its bound is a MISS whatever its other target says).
+COUNTER_BOUNDS = {"host_syncs/step": 0.0}
 OURS = "ampgrad"
 NOISY_CV = 0.10  # flag a median whose repetitions vary more than this (coefficient of variation)
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
@@ -58,6 +63,7 @@ class Result:
         self.cv = None
         self.error = None
         self.order = None  # (file, registration index): the order rows are printed in
+        self.counters = {}  # COUNTER_BOUNDS counters reported by the median
 
 
 def load(outdir):
@@ -95,6 +101,8 @@ def load(outdir):
                 for key, value in b.items():
                     if key.endswith("/s") and isinstance(value, (int, float)):
                         r.rate = (value, key)
+                    if key in COUNTER_BOUNDS and isinstance(value, (int, float)):
+                        r.counters[key] = value
         if os.path.exists(fpath):
             with open(fpath) as f:
                 lines = f.read().splitlines()
@@ -239,6 +247,10 @@ def main():
             target = f">= {bound:,.0f}" + (f" {ours.rate[1]}" if ok_ours and ours.rate else "/s")
             if ok_ours and ours.rate:
                 verdict = "ok" if ours.rate[0] >= bound else "MISS"
+        for key, value in (ours.counters.items() if ok_ours else []):
+            notes.append(f"{key} {value:g} (<= {COUNTER_BOUNDS[key]:g})")
+            if value > COUNTER_BOUNDS[key]:
+                verdict = "MISS"
         if ours is None:
             notes.append("no ampgrad case")
         table.append((
