@@ -91,20 +91,7 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
              "unscale_(): attempting to unscale float16 gradients; keep float32 master "
              "parameters (compute in float16, store in float32)");
   }
-  // The gradients of each device, in one list.
-  std::vector<std::pair<Device, TensorList>> by_device;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (!g.is_contiguous()) {
-      g = g.contiguous();
-      p.set_grad(g);
-    }
-    size_t k = 0;
-    while (k < by_device.size() && !(by_device[k].first == g.device())) ++k;
-    if (k == by_device.size()) by_device.emplace_back(g.device(), TensorList{});
-    by_device[k].second.push_back(g);
-  }
+  const auto by_device = gradients_by_device(params);
   if (!by_device.empty() && scale_.device().is_cpu()) place(by_device.front().first);
   for (auto& [dev, grads] : by_device) {
     Tensor* flag = nullptr;

@@ -362,4 +362,21 @@ Tensor& Tensor::detach_() {
   return *this;
 }
 
+std::vector<std::pair<Device, TensorList>> gradients_by_device(const std::vector<Tensor>& params) {
+  std::vector<std::pair<Device, TensorList>> out;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (!g.is_contiguous()) {
+      g = g.contiguous();
+      p.set_grad(g);
+    }
+    size_t k = 0;
+    while (k < out.size() && !(out[k].first == g.device())) ++k;
+    if (k == out.size()) out.emplace_back(g.device(), TensorList{});
+    out[k].second.push_back(g);
+  }
+  return out;
+}
+
 }  // namespace ampgrad

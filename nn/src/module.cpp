@@ -204,19 +204,7 @@ Tensor Sequential::forward(const Tensor& x) {
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard ng;
   // The gradients of each device, in one list: one backend call each, nothing read back.
-  std::vector<std::pair<Device, TensorList>> by_device;
-  for (const auto& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (!g.is_contiguous()) {
-      g = g.contiguous();
-      p.set_grad(g);
-    }
-    size_t k = 0;
-    while (k < by_device.size() && !(by_device[k].first == g.device())) ++k;
-    if (k == by_device.size()) by_device.emplace_back(g.device(), TensorList{});
-    by_device[k].second.push_back(g);
-  }
+  const auto by_device = gradients_by_device(params);
   if (by_device.empty()) return zeros({});
   const Device home = by_device.front().first;
   Tensor total_sq;

@@ -9,13 +9,8 @@ using namespace ag;
 namespace {
 // How many host syncs f makes, and what made them.
 std::pair<uint64_t, std::vector<std::string>> syncs_of(const std::function<void()>& f) {
-  std::vector<std::string> what;
-  set_host_sync_observer([&](const char* w) { what.emplace_back(w); });
-  const uint64_t before = host_sync_count();
-  f();
-  const uint64_t n = host_sync_count() - before;
-  set_host_sync_observer({});
-  return {n, what};
+  const auto what = agt::host_syncs_of(f);
+  return {what.size(), what};
 }
 }  // namespace
 

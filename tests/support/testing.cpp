@@ -173,6 +173,17 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
+std::vector<std::string> host_syncs_of(const std::function<void()>& f) {
+  std::vector<std::string> what;
+  ag::set_host_sync_observer([&](const char* w) { what.emplace_back(w); });
+  const uint64_t before = ag::host_sync_count();
+  f();
+  const uint64_t n = ag::host_sync_count() - before;
+  ag::set_host_sync_observer({});
+  EXPECT_EQ(n, what.size()) << "the observer missed host syncs";
+  return what;
+}
+
 ag::Tensor rand64(const std::vector<int64_t>& shape, double lo, double hi, bool requires_grad) {
   ag::Tensor t = ag::rand(shape, ag::kFloat64) * (hi - lo) + lo;
   t = t.detach();

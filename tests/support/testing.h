@@ -66,6 +66,9 @@ Bytes read_bytes(const std::string& path);
 std::string error_of(const std::function<void()>& f);
 inline bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
+/// What made each host sync that f counted (ag::host_sync_count), in order; empty: none.
+std::vector<std::string> host_syncs_of(const std::function<void()>& f);
+
 /// float64 tensor of the given shape, uniform in [lo, hi), requiring grad.
 ag::Tensor rand64(const std::vector<int64_t>& shape, double lo = -1, double hi = 1,
                   bool requires_grad = true);

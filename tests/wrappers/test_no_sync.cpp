@@ -26,18 +26,6 @@ bool same(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   return true;
 }
 
-// Runs f and returns what made each host sync it counted (empty: none).
-std::vector<std::string> syncs_of(const std::function<void()>& f) {
-  std::vector<std::string> what;
-  set_host_sync_observer([&](const char* w) { what.emplace_back(w); });
-  const uint64_t before = host_sync_count();
-  f();
-  const uint64_t n = host_sync_count() - before;
-  set_host_sync_observer({});
-  EXPECT_EQ(n, what.size());
-  return what;
-}
-
 }  // namespace
 
 TEST(NoHostSync, Mixed16LiteIterationWithTwoOptimizersSchedulerAndClipping) {
@@ -76,7 +64,7 @@ TEST(NoHostSync, Mixed16LiteIterationWithTwoOptimizersSchedulerAndClipping) {
   for (const auto& batch : loader) {
     ++i;
     if (i < 4) {
-      EXPECT_EQ(syncs_of([&] { iteration(batch); }), std::vector<std::string>{}) << "iteration " << i;
+      EXPECT_EQ(agt::host_syncs_of([&] { iteration(batch); }), std::vector<std::string>{}) << "iteration " << i;
       continue;
     }
     // Iteration 4 overflows in the encoder: everything of the skipped optimizer holds.
@@ -88,7 +76,7 @@ TEST(NoHostSync, Mixed16LiteIterationWithTwoOptimizersSchedulerAndClipping) {
     ASSERT_EQ(enc_steps, 3);
     ASSERT_EQ(position, 3);
     poison = true;
-    EXPECT_EQ(syncs_of([&] { iteration(batch); }), std::vector<std::string>{}) << "the poisoned iteration";
+    EXPECT_EQ(agt::host_syncs_of([&] { iteration(batch); }), std::vector<std::string>{}) << "the poisoned iteration";
     poison = false;
     EXPECT_TRUE(same(enc_before, snapshot(*encoder)));   // skipped on the device
     EXPECT_FALSE(same(head_before, snapshot(*head)));    // the head's gradients were finite
@@ -105,7 +93,7 @@ TEST(NoHostSync, Mixed16LiteIterationWithTwoOptimizersSchedulerAndClipping) {
   ASSERT_EQ(i, 4);
   // The next clean iteration steps again, still without a sync, and the schedule moves on.
   const data::Batch b{randn({8, 6}), randint(0, 3, {8})};
-  EXPECT_EQ(syncs_of([&] { iteration(b); }), std::vector<std::string>{});
+  EXPECT_EQ(agt::host_syncs_of([&] { iteration(b); }), std::vector<std::string>{});
   EXPECT_EQ(adamw.steps(), 4);
   EXPECT_EQ(sched.last_step(), 4);
   EXPECT_DOUBLE_EQ(adamw.lr(), optim::CosineAnnealing({.t_max = 50})->lr(4, 1e-2));

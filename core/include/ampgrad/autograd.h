@@ -170,6 +170,11 @@ Edge gradient_edge(const Tensor& t);
 /// single-element roots).
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph);
 
+/// The gradients of `params` (those that have one), grouped by device in the order of
+/// their first parameter, for multi-tensor backend calls (one per device). A
+/// non-contiguous gradient is replaced by a contiguous copy first (set_grad).
+std::vector<std::pair<Device, TensorList>> gradients_by_device(const std::vector<Tensor>& params);
+
 /// Sums `g` over the broadcast dims so that it has `shape` (the reverse of expand).
 Tensor sum_to(const Tensor& g, const Shape& shape);
 
