@@ -10,10 +10,15 @@ Backend& backend(DeviceType type, const char* op) {
 
 #define AG_MISSING(op) AG_ERROR(op, "not implemented on ", device_type_name(device_type()))
 
+// Asked once: the devices present do not change while the process runs, and pinning asks
+// for every batch.
 Backend* accelerator_backend() {
-  if (!built_with_cuda()) return nullptr;
-  Backend& cuda = cuda_backend("accelerator");
-  return cuda.device_count() > 0 ? &cuda : nullptr;
+  static Backend* const accelerator = []() -> Backend* {
+    if (!built_with_cuda()) return nullptr;
+    Backend& cuda = cuda_backend("accelerator");
+    return cuda.device_count() > 0 ? &cuda : nullptr;
+  }();
+  return accelerator;
 }
 
 // Without page-locked memory of its own a backend hands out ordinary CPU memory.

@@ -93,16 +93,13 @@ DataLoader::Iterator::Prepared DataLoader::Iterator::fetch(int64_t batch) const 
   const int64_t start = batch * b;
   const int64_t stop = std::min<int64_t>(start + b, int64_t(order_->size()));
   std::vector<int64_t> idx(order_->begin() + start, order_->begin() + stop);
-  if (!opt.device) {
-    Batch out = loader_->dataset_->get_batch(idx);
-    if (opt.pin_memory) out = {out.input.pin_memory(), out.target.pin_memory()};
-    return {std::move(out), nullptr};
-  }
-  // Everything for this batch, including a dataset that lives on the device, is queued on
-  // the side stream, so that it overlaps the consumer's work on its own stream.
-  StreamGuard on_side(*loader_->side_);
+  // With a device, everything for this batch (a dataset that lives on the device too) is
+  // queued on the side stream, so that it overlaps the consumer's work on its own stream.
+  std::optional<StreamGuard> on_side;
+  if (opt.device) on_side.emplace(*loader_->side_);
   Batch out = loader_->dataset_->get_batch(idx);
   if (opt.pin_memory) out = {out.input.pin_memory(), out.target.pin_memory()};
+  if (!opt.device) return {std::move(out), nullptr};
   out = {out.input.to(*opt.device, true), out.target.to(*opt.device, true)};
   auto ready = std::make_shared<Event>(*opt.device, false);
   ready->record();

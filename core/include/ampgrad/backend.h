@@ -126,7 +126,8 @@ class Backend {
   // ---- streams and events -------------------------------------------------------------
   // Core numbers the streams (ag::Stream is a (device, id) value) and keeps the native handle
   // that create_stream returned for each; a backend reads it back with stream_handle(). The
-  // default stream's handle is null (CUDA: the legacy default stream).
+  // default stream's handle is null (CUDA: the legacy default stream). Kernels queue their
+  // work on the current stream of their device, stream_handle(current_stream(device)).
   virtual void* create_stream(int device_index);
   /// Releases a stream's handle; core has already made the default stream wait for its work.
   virtual void destroy_stream(int device_index, void* handle);
