@@ -10,7 +10,38 @@ Backend& backend(DeviceType type, const char* op) {
 
 #define AG_MISSING(op) AG_ERROR(op, "not implemented on ", device_type_name(device_type()))
 
-void Backend::copy_bytes(void*, Device, const void*, Device, size_t) { AG_MISSING("copy"); }
+// Asked once: the devices present do not change while the process runs, and pinning asks
+// for every batch.
+Backend* accelerator_backend() {
+  static Backend* const accelerator = []() -> Backend* {
+    if (!built_with_cuda()) return nullptr;
+    Backend& cuda = cuda_backend("accelerator");
+    return cuda.device_count() > 0 ? &cuda : nullptr;
+  }();
+  return accelerator;
+}
+
+// Without page-locked memory of its own a backend hands out ordinary CPU memory.
+Backend::Allocation Backend::allocate_pinned(size_t nbytes) { return cpu_backend().allocate(nbytes, Stream()); }
+void Backend::deallocate_pinned(void* p, size_t nbytes) { cpu_backend().deallocate(p, nbytes, Stream()); }
+size_t Backend::cached_bytes(int) { return 0; }
+void Backend::empty_cache(int) {}
+int Backend::device_count() { AG_MISSING("device_count"); }
+void Backend::copy_bytes(void*, Device, const void*, Device, size_t, Stream, bool) { AG_MISSING("copy"); }
+
+void* Backend::create_stream(int) { AG_MISSING("create_stream"); }
+void Backend::destroy_stream(int, void*) { AG_MISSING("destroy_stream"); }
+void Backend::synchronize_stream(Stream) { AG_MISSING("Stream::synchronize"); }
+bool Backend::query_stream(Stream) { AG_MISSING("Stream::query"); }
+void Backend::synchronize_device(int) { AG_MISSING("synchronize"); }
+void* Backend::create_event(int, bool) { AG_MISSING("Event"); }
+void Backend::destroy_event(int, void*) { AG_MISSING("Event"); }
+void Backend::record_event(void*, Stream) { AG_MISSING("Event::record"); }
+void Backend::stream_wait_event(Stream, void*) { AG_MISSING("Event::wait"); }
+void Backend::synchronize_event(void*) { AG_MISSING("Event::synchronize"); }
+bool Backend::query_event(void*) { AG_MISSING("Event::query"); }
+double Backend::event_elapsed_ms(void*, void*) { AG_MISSING("Event::elapsed_time"); }
+
 void Backend::copy(const Tensor&, const Tensor&) { AG_MISSING("copy"); }
 void Backend::fill(const Tensor&, double) { AG_MISSING("fill"); }
 void Backend::unary(UnaryOp op, const Tensor&, const Tensor&, UnaryParams) { AG_MISSING(op_name(op)); }

@@ -1,13 +1,11 @@
-// Tensor metadata, storage allocation and printing.
+// Tensor metadata and printing (storage allocation is in memory.cpp).
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <iomanip>
 #include <sstream>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
-#include "ampgrad/memory.h"
 #include "ampgrad/ops/shape.h"
 
 namespace ampgrad {
@@ -17,45 +15,6 @@ TensorImpl::~TensorImpl() = default;
 AutogradMeta& TensorImpl::meta() {
   if (!autograd) autograd = std::make_unique<AutogradMeta>();
   return *autograd;
-}
-
-namespace {
-// Counters per device type and index (indices beyond kMaxIndex share the last slot).
-constexpr int kMaxIndex = 16;
-struct Counters {
-  std::atomic<uint64_t> allocations{0}, frees{0}, bytes{0};
-};
-Counters g_counters[kNumDeviceTypes][kMaxIndex];
-Counters& counters(Device d) { return g_counters[int(d.type)][std::min(d.index, kMaxIndex - 1)]; }
-}  // namespace
-
-MemoryStats memory_stats(Device device) {
-  const Counters& c = counters(device);
-  return {c.allocations.load(), c.frees.load(), c.bytes.load()};
-}
-
-Storage::~Storage() {
-  if (allocator) {
-    allocator->deallocate(data, nbytes, device.index);
-    Counters& c = counters(device);
-    c.frees.fetch_add(1, std::memory_order_relaxed);
-    c.bytes.fetch_sub(nbytes, std::memory_order_relaxed);
-  } else if (deleter) {
-    deleter(data);
-  }
-}
-
-std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
-  Backend& be = backend(device, "allocate");
-  auto s = std::make_shared<Storage>();
-  s->data = be.allocate(nbytes, device.index);
-  s->nbytes = nbytes;
-  s->device = device;
-  s->allocator = &be;
-  Counters& c = counters(device);
-  c.allocations.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(nbytes, std::memory_order_relaxed);
-  return s;
 }
 
 Shape contiguous_strides(const Shape& sizes) {

@@ -37,15 +37,21 @@ namespace {
 std::atomic<uint64_t> g_host_syncs{0};
 thread_local std::function<void(const char*)> t_sync_observer;
 
-// A copy of t on device d, counting nothing.
-Tensor copy_to_device(const Tensor& t, Device d) {
+// A copy of t on device d, counting nothing. The device that is not the CPU (the
+// destination's, between devices) moves the bytes, on its current stream; only a copy to a
+// device may be non-blocking.
+Tensor copy_to_device(const Tensor& t, Device d, bool non_blocking) {
   Backend& dst_be = backend(d, "to");
   Backend& src_be = backend(t.device(), "to");
   Tensor src = detail::contiguous_raw(t);
   Tensor out = make_tensor(t.sizes(), t.dtype(), d);
-  // The non-CPU side moves the bytes.
+  const Device mover_device = d.is_cpu() ? t.device() : d;
   Backend& mover = d.is_cpu() ? src_be : dst_be;
-  mover.copy_bytes(out.raw_data(), d, src.raw_data(), t.device(), t.nbytes());
+  const Stream stream = current_stream(mover_device);
+  non_blocking = non_blocking && !d.is_cpu();
+  mover.copy_bytes(out.raw_data(), d, src.raw_data(), t.device(), t.nbytes(), stream, non_blocking);
+  // The copy may still be reading pinned memory: its block is held until the stream is done.
+  if (non_blocking && src.is_pinned()) record_stream(src, stream);
   return out;
 }
 }  // namespace
@@ -61,16 +67,29 @@ void detail::note_host_sync(const char* what) {
 
 Tensor detail::host_values(const Tensor& t, const char* what) {
   note_host_sync(what);
-  return t.device().is_cpu() ? t : copy_to_device(t, Device(kCPU));
+  return t.device().is_cpu() ? t : copy_to_device(t, Device(kCPU), false);
 }
 
-Tensor Tensor::to(Device d) const {
+Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
   if (d.is_cpu()) detail::note_host_sync("to(cpu)");
-  Tensor out = copy_to_device(*this, d);
+  Tensor out = copy_to_device(*this, d, non_blocking);
   if (any_requires_grad({this})) {
     const Device from = device();
     record("to", {*this}, {out}, [from](const TensorList& g, GradMask) -> TensorList { return {g[0].to(from)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  AG_CHECK(device().is_cpu(), "pin_memory", "only CPU tensors can be pinned, got a tensor on ", device());
+  if (is_pinned()) return *this;
+  Tensor src = detail::contiguous_raw(*this);
+  Tensor out(std::make_shared<TensorImpl>(allocate_pinned_storage(nbytes()), sizes(), contiguous_strides(sizes()),
+                                          0, dtype()));
+  cpu_backend().copy_bytes(out.raw_data(), kCPU, src.raw_data(), kCPU, nbytes(), current_stream(kCPU), false);
+  if (any_requires_grad({this})) {
+    record("pin_memory", {*this}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
   }
   return out;
 }

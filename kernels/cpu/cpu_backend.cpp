@@ -1,9 +1,10 @@
-// CPU memory, copies and fills, and the backend object.
+// CPU memory, copies and fills, events, and the backend object.
 //
 // Allocation caches freed blocks of 64 KiB and more (up to kMaxCached bytes in all), keyed
 // by their page-rounded size: a training step frees and reallocates the same large
 // buffers every iteration, and fresh pages from the OS cost a page fault each, which
 // would otherwise dominate memory-bound ops.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -39,9 +40,17 @@ class BlockCache {
     cached_ += nbytes;
     return true;
   }
-  ~BlockCache() {
-    for (auto& [n, p] : free_) std::free(p);
+  size_t cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
   }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [n, p] : free_) std::free(p);
+    free_.clear();
+    cached_ = 0;
+  }
+  ~BlockCache() { clear(); }
 
  private:
   std::mutex mu_;
@@ -61,23 +70,27 @@ size_t block_size(size_t nbytes) {
 
 }  // namespace
 
-void* CpuBackend::allocate(size_t nbytes, int) {
+// CPU work is done when the call returns, so a block freed on any stream is free for all.
+Backend::Allocation CpuBackend::allocate(size_t nbytes, Stream) {
   const size_t n = block_size(nbytes);
-  void* p = nullptr;
-  if (n >= kCacheMin) p = block_cache().get(n);
-  if (!p) p = std::aligned_alloc(kAlign, n);
+  if (n >= kCacheMin)
+    if (void* p = block_cache().get(n)) return {p, true};
+  void* p = std::aligned_alloc(kAlign, n);
   AG_CHECK(p != nullptr, "allocate", "out of memory allocating ", nbytes, " bytes on cpu");
-  return p;
+  return {p, false};
 }
 
-void CpuBackend::deallocate(void* p, size_t nbytes, int) {
+void CpuBackend::deallocate(void* p, size_t nbytes, Stream) {
   if (!p) return;
   const size_t n = block_size(nbytes);
   if (n >= kCacheMin && block_cache().put(p, n)) return;
   std::free(p);
 }
 
-void CpuBackend::copy_bytes(void* dst, Device, const void* src, Device, size_t n) {
+size_t CpuBackend::cached_bytes(int) { return block_cache().cached(); }
+void CpuBackend::empty_cache(int) { block_cache().clear(); }
+
+void CpuBackend::copy_bytes(void* dst, Device, const void* src, Device, size_t n, Stream, bool) {
   if (n < size_t(kGrain) * 8) {
     std::memcpy(dst, src, n);
     return;
@@ -133,6 +146,22 @@ void CpuBackend::fill(const Tensor& dst, double value) {
   });
 }
 
+// ---- events: the steady clock at record time ---------------------------------------------
+
+namespace {
+struct CpuEvent {
+  std::chrono::steady_clock::time_point at;
+};
+}  // namespace
+
+void* CpuBackend::create_event(int, bool) { return new CpuEvent{}; }
+void CpuBackend::destroy_event(int, void* event) { delete static_cast<CpuEvent*>(event); }
+void CpuBackend::record_event(void* event, Stream) { static_cast<CpuEvent*>(event)->at = std::chrono::steady_clock::now(); }
+double CpuBackend::event_elapsed_ms(void* start, void* end) {
+  const auto d = static_cast<CpuEvent*>(end)->at - static_cast<CpuEvent*>(start)->at;
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
 }  // namespace ampgrad::cpu
 
 namespace ampgrad {
@@ -148,3 +177,4 @@ bool built_with_onednn() {
 #endif
 }
 }  // namespace ampgrad
+

@@ -13,9 +13,28 @@ class CpuBackend final : public Backend {
  public:
   DeviceType device_type() const override { return DeviceType::CPU; }
 
-  void* allocate(size_t nbytes, int device_index) override;
-  void deallocate(void* p, size_t nbytes, int device_index) override;
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n) override;
+  Allocation allocate(size_t nbytes, Stream stream) override;
+  void deallocate(void* p, size_t nbytes, Stream stream) override;
+  size_t cached_bytes(int device_index) override;
+  void empty_cache(int device_index) override;
+  int device_count() override { return 1; }
+  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n,
+                  Stream stream, bool non_blocking) override;
+
+  // Streams are synchronous (work is done when a call returns) and events complete when
+  // recorded; they exist so that code written for an asynchronous device runs here too.
+  void* create_stream(int device_index) override { return nullptr; }
+  void destroy_stream(int device_index, void* handle) override {}
+  void synchronize_stream(Stream s) override {}
+  bool query_stream(Stream s) override { return true; }
+  void synchronize_device(int device_index) override {}
+  void* create_event(int device_index, bool enable_timing) override;
+  void destroy_event(int device_index, void* event) override;
+  void record_event(void* event, Stream s) override;
+  void stream_wait_event(Stream s, void* event) override {}
+  void synchronize_event(void* event) override {}
+  bool query_event(void* event) override { return true; }
+  double event_elapsed_ms(void* start, void* end) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, double value) override;
 

@@ -5,6 +5,7 @@
 #include "ampgrad/autograd.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
+#include "ampgrad/stream.h"
 #include "philox.h"
 
 namespace ampgrad::data {
@@ -38,6 +39,19 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     : dataset_(std::move(dataset)), options_(options) {
   AG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
   AG_CHECK(options_.batch_size > 0, "DataLoader", "batch_size must be positive, got ", options_.batch_size);
+  if (options_.device) {
+    side_ = std::shared_ptr<const Stream>(new Stream(create_stream(*options_.device)), [](const Stream* s) {
+      try {
+        destroy_stream(*s);
+      } catch (...) {  // a failing device: the stream goes with it
+      }
+      delete s;
+    });
+  }
+}
+
+std::optional<Stream> DataLoader::side_stream() const {
+  return side_ ? std::optional<Stream>(*side_) : std::nullopt;
 }
 
 int64_t DataLoader::num_batches() const {
@@ -67,17 +81,40 @@ DataLoader::Iterator::Iterator(const DataLoader* loader, std::shared_ptr<const s
                                int64_t pos)
     : loader_(loader), order_(std::move(order)), pos_(pos) {
   if (pos_ < loader_->num_batches()) {
-    current_ = fetch(pos_);
+    hand_out(fetch(pos_));
     load();
   }
 }
 
-Batch DataLoader::Iterator::fetch(int64_t batch) const {
-  const int64_t b = loader_->options_.batch_size;
+// Runs on the prefetch thread (or the caller's, without prefetch).
+DataLoader::Iterator::Prepared DataLoader::Iterator::fetch(int64_t batch) const {
+  const DataLoaderOptions& opt = loader_->options_;
+  const int64_t b = opt.batch_size;
   const int64_t start = batch * b;
   const int64_t stop = std::min<int64_t>(start + b, int64_t(order_->size()));
   std::vector<int64_t> idx(order_->begin() + start, order_->begin() + stop);
-  return loader_->dataset_->get_batch(idx);
+  // With a device, everything for this batch (a dataset that lives on the device too) is
+  // queued on the side stream, so that it overlaps the consumer's work on its own stream.
+  std::optional<StreamGuard> on_side;
+  if (opt.device) on_side.emplace(*loader_->side_);
+  Batch out = loader_->dataset_->get_batch(idx);
+  if (opt.pin_memory) out = {out.input.pin_memory(), out.target.pin_memory()};
+  if (!opt.device) return {std::move(out), nullptr};
+  out = {out.input.to(*opt.device, true), out.target.to(*opt.device, true)};
+  auto ready = std::make_shared<Event>(*opt.device, false);
+  ready->record();
+  return {std::move(out), std::move(ready)};
+}
+
+// Runs on the consumer's thread: its current stream is the one that will use the batch.
+void DataLoader::Iterator::hand_out(const Prepared& p) {
+  if (p.ready) {
+    const Stream consumer = current_stream(p.ready->device());
+    p.ready->wait(consumer);
+    record_stream(p.batch.input, consumer);
+    record_stream(p.batch.target, consumer);
+  }
+  current_ = p.batch;
 }
 
 // Starts preparing the batch after the current one.
@@ -108,7 +145,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
     current_ = {};
     return *this;
   }
-  current_ = next_.valid() ? next_.get() : fetch(pos_);
+  hand_out(next_.valid() ? next_.get() : fetch(pos_));
   load();
   return *this;
 }

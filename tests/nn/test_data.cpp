@@ -299,6 +299,101 @@ TEST(DataLoader, PrefetchOnAndOffGiveSameBatches) {
   EXPECT_EQ(it->target.to_vector<int64_t>()[0], 7);
 }
 
+// Every batch's bytes, in order, and whether each batch's tensors are pinned.
+struct Epoch {
+  std::vector<std::vector<float>> inputs;
+  std::vector<std::vector<int64_t>> targets;
+  std::vector<bool> pinned;
+};
+Epoch bytes_of(const data::DataLoader& loader) {
+  Epoch e;
+  for (const data::Batch& b : loader) {
+    e.inputs.push_back(b.input.to_vector<float>());
+    e.targets.push_back(b.target.to_vector<int64_t>());
+    e.pinned.push_back(b.input.is_pinned() && b.target.is_pinned());
+  }
+  return e;
+}
+
+TEST(DataLoader, PinnedAndMovedBatchesAreTheSameBatches) {
+  auto ds = numbered(61);
+  for (bool shuffle : {false, true}) {
+    for (bool prefetch : {true, false}) {
+      manual_seed(11);
+      const Epoch plain = bytes_of(data::DataLoader(ds, {.batch_size = 7, .shuffle = shuffle, .prefetch = prefetch}));
+      manual_seed(11);
+      const Epoch pinned = bytes_of(data::DataLoader(
+          ds, {.batch_size = 7, .shuffle = shuffle, .prefetch = prefetch, .pin_memory = true}));
+      manual_seed(11);
+      data::DataLoader moved(ds, {.batch_size = 7, .shuffle = shuffle, .prefetch = prefetch, .pin_memory = true,
+                                  .device = Device(kCPU)});
+      const Epoch both = bytes_of(moved);
+      const std::string where = "shuffle " + std::to_string(shuffle) + " prefetch " + std::to_string(prefetch);
+      ASSERT_EQ(plain.inputs.size(), 9u) << where;
+      EXPECT_EQ(pinned.inputs, plain.inputs) << where;  // bit for bit, in the same order
+      EXPECT_EQ(pinned.targets, plain.targets) << where;
+      EXPECT_EQ(both.inputs, plain.inputs) << where;
+      EXPECT_EQ(both.targets, plain.targets) << where;
+      EXPECT_EQ(plain.pinned, std::vector<bool>(9, false)) << where;
+      EXPECT_EQ(pinned.pinned, std::vector<bool>(9, true)) << where;
+      EXPECT_EQ(both.pinned, std::vector<bool>(9, true)) << where;
+    }
+  }
+}
+
+TEST(DataLoader, DeviceOptionRunsTheStreamPath) {
+  auto ds = numbered(30);
+  data::DataLoader plain(ds, {.batch_size = 4});
+  EXPECT_FALSE(plain.side_stream().has_value());
+  for (bool prefetch : {true, false}) {
+    data::DataLoader loader(ds, {.batch_size = 4, .prefetch = prefetch, .device = Device(kCPU)});
+    ASSERT_TRUE(loader.side_stream().has_value());
+    const Stream side = *loader.side_stream();
+    EXPECT_EQ(side.device(), Device(kCPU));
+    EXPECT_FALSE(side.is_default());
+    const Stream consumer = create_stream(kCPU);
+    {
+      StreamGuard g(consumer);  // the stream the training step would run on
+      const MemoryStats before = memory_stats(kCPU);
+      int64_t n = 0;
+      const uint64_t syncs = host_sync_count();
+      for (const data::Batch& b : loader) {
+        for (const Tensor* t : {&b.input, &b.target}) {
+          const Storage& st = *t->unsafe_impl()->storage;
+          EXPECT_EQ(st.stream, side);  // prepared on the side stream, in the prefetch thread or not
+          EXPECT_EQ(st.stream_uses, std::vector<Stream>{consumer}) << "batch " << n;  // and used on ours
+        }
+        ++n;
+      }
+      EXPECT_EQ(host_sync_count(), syncs) << "handing out batches makes no host sync";
+      EXPECT_EQ(n, 8);
+      // Each batch's two storages were freed after an event on the consumer stream.
+      EXPECT_EQ(memory_stats(kCPU).deferred_frees, before.deferred_frees + 2 * 8);
+      EXPECT_EQ(current_stream(kCPU), consumer);  // the loader's guards did not leak
+      synchronize(kCPU);
+      EXPECT_EQ(memory_stats(kCPU).pending_frees, 0u);
+    }
+    destroy_stream(consumer);
+  }
+}
+
+TEST(DataLoader, CudaDevice) {
+  auto ds = numbered(4);
+  if (!built_with_cuda()) {
+    EXPECT_AG_ERROR(data::DataLoader(ds, {.device = Device(kCUDA)}), "[create_stream] ampgrad was built without CUDA");
+  } else if (hw::query().cuda.empty()) {
+    EXPECT_AG_ERROR(data::DataLoader(ds, {.device = Device(kCUDA)}), "[create_stream] no CUDA device is available");
+  } else {
+    data::DataLoader loader(ds, {.batch_size = 2, .pin_memory = true, .device = Device(kCUDA)});
+    std::vector<int64_t> ids;
+    for (const data::Batch& b : loader) {
+      EXPECT_EQ(b.input.device(), Device(kCUDA));
+      for (int64_t v : b.target.to_vector<int64_t>()) ids.push_back(v);
+    }
+    EXPECT_EQ(ids, iota(4));
+  }
+}
+
 TEST(DataTensorDataset, BatchesAndShapeCheck) {
   Tensor x = arange(12, kFloat32).view({4, 3});
   Tensor y = from_vector<int64_t>({10, 11, 12, 13}, {4});

@@ -19,6 +19,7 @@
 #include "ampgrad/ops/reduce.h"
 #include "ampgrad/ops/shape.h"
 #include "ampgrad/scalar.h"
+#include "ampgrad/stream.h"
 #include "ampgrad/tensor.h"
 #include "ampgrad/version.h"
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "ampgrad/op_kinds.h"
+#include "ampgrad/stream.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad {
@@ -90,11 +91,63 @@ class Backend {
   virtual DeviceType device_type() const = 0;
 
   // ---- memory ------------------------------------------------------------------------
-  virtual void* allocate(size_t nbytes, int device_index) = 0;
-  /// Frees memory from allocate(nbytes, device_index).
-  virtual void deallocate(void* p, size_t nbytes, int device_index) = 0;
-  /// Copies n contiguous bytes between this device and the CPU, in either direction.
-  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n);
+  // Memory is stream-ordered: a block is allocated for use on a stream and freed on it.
+  // Core does the bookkeeping above that (ampgrad/stream.h): it remembers each storage's
+  // stream, and frees a storage used on other streams only once an event recorded on each
+  // has completed, so a backend never sees a free that other streams still depend on.
+
+  /// A block from allocate: its address, and whether the backend served it from blocks it
+  /// kept from earlier frees (a cache hit) rather than asking the system.
+  struct Allocation {
+    void* data = nullptr;
+    bool from_cache = false;
+  };
+  /// nbytes on stream.device(), for use on `stream`.
+  virtual Allocation allocate(size_t nbytes, Stream stream) = 0;
+  /// Frees a block from allocate, after the work queued on `stream` (the storage's own).
+  virtual void deallocate(void* p, size_t nbytes, Stream stream) = 0;
+  /// Page-locked host memory that this device copies from without the host waiting (CUDA:
+  /// cudaHostAlloc). The default is ordinary CPU memory from the CPU backend.
+  virtual Allocation allocate_pinned(size_t nbytes);
+  virtual void deallocate_pinned(void* p, size_t nbytes);
+  /// Bytes in freed blocks the backend keeps for reuse on a device (0 by default).
+  virtual size_t cached_bytes(int device_index);
+  /// Returns those blocks to the system (nothing by default).
+  virtual void empty_cache(int device_index);
+  /// Devices of this type present (the CPU: 1; CUDA: 0 without a GPU or driver).
+  virtual int device_count();
+  /// Copies n contiguous bytes between this device and the CPU (or within this device),
+  /// queued on `stream`, a stream of this device. Blocking copies return when the bytes
+  /// have arrived; non-blocking ones may return before (asynchronous only from pinned
+  /// host memory or within the device; core asks for it only when copying to a device).
+  virtual void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n,
+                          Stream stream, bool non_blocking);
+
+  // ---- streams and events -------------------------------------------------------------
+  // Core numbers the streams (ag::Stream is a (device, id) value) and keeps the native handle
+  // that create_stream returned for each; a backend reads it back with stream_handle(). The
+  // default stream's handle is null (CUDA: the legacy default stream). Kernels queue their
+  // work on the current stream of their device, stream_handle(current_stream(device)).
+  virtual void* create_stream(int device_index);
+  /// Releases a stream's handle; core has already made the default stream wait for its work.
+  virtual void destroy_stream(int device_index, void* handle);
+  /// The host waits for the work queued on s.
+  virtual void synchronize_stream(Stream s);
+  /// True when the work queued on s has finished; never waits.
+  virtual bool query_stream(Stream s);
+  /// The host waits for all work on the device.
+  virtual void synchronize_device(int device_index);
+  /// An opaque event of the backend; core creates it on an Event's first record.
+  virtual void* create_event(int device_index, bool enable_timing);
+  virtual void destroy_event(int device_index, void* event);
+  /// Captures the work queued on s so far.
+  virtual void record_event(void* event, Stream s);
+  /// Work queued on s later runs after the event's work; the host does not wait.
+  virtual void stream_wait_event(Stream s, void* event);
+  virtual void synchronize_event(void* event);
+  virtual bool query_event(void* event);
+  /// Milliseconds between two recorded, completed timing events.
+  virtual double event_elapsed_ms(void* start, void* end);
 
   // ---- data movement -----------------------------------------------------------------
   /// dst = src elementwise, converting dtype; src is broadcast to dst's shape; dst may be a
@@ -212,5 +265,13 @@ Backend& cuda_backend(const char* op);
 bool built_with_cuda();
 /// True when this build includes oneDNN.
 bool built_with_onednn();
+/// The backend of the accelerator that pins host memory and copies from it (CUDA, when
+/// this build has it and a device is present), or null (the CPU alone).
+Backend* accelerator_backend();
+
+/// The native handle that s's backend returned from create_stream (null for a default
+/// stream). A destroyed stream gives null too: its device's default stream, which was made
+/// to wait for its work. Never throws; core checks the streams a user passes.
+void* stream_handle(Stream s);
 
 }  // namespace ampgrad

@@ -22,6 +22,7 @@
 #include "ampgrad/error.h"
 #include "ampgrad/scalar.h"
 #include "ampgrad/shape.h"
+#include "ampgrad/stream.h"
 #include "ampgrad/sync.h"
 
 namespace ampgrad {
@@ -42,6 +43,13 @@ struct Storage {
   std::function<void(void*)> deleter;
   /// Bumped by every in-place write through any view of this storage.
   uint64_t version = 0;
+  /// The stream the memory was allocated on (its device's current stream then); the free
+  /// is queued there.
+  Stream stream;
+  /// Other streams that use the memory (record_stream): the free waits for them.
+  std::vector<Stream> stream_uses;
+  /// Page-locked host memory from pin_memory, freed by allocator->deallocate_pinned.
+  bool pinned = false;
 
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -49,8 +57,11 @@ struct Storage {
   ~Storage();
 };
 
-/// Allocates storage for nbytes on a device, through that device's backend.
+/// Allocates storage for nbytes on a device, through that device's backend, on the
+/// device's current stream.
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);
+/// Allocates pinned host memory (see Tensor::pin_memory), counted as CPU memory.
+std::shared_ptr<Storage> allocate_pinned_storage(size_t nbytes);
 
 struct AutogradMeta;
 
@@ -180,10 +191,21 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dt) const;
-  /// A copy on device d (this tensor when it is there already). A copy from another device
-  /// to the CPU is a host sync.
-  Tensor to(Device d) const;
-  Tensor to(DeviceType d) const { return to(Device(d)); }
+  /// A copy on device d (this tensor when it is there already), made on the current stream
+  /// of the device that is not the CPU. A copy from another device to the CPU is a counted
+  /// host sync, non_blocking or not. non_blocking lets a copy to a device return before it
+  /// finished: from pinned memory (pin_memory) the host then does not wait at all, and the
+  /// pinned block is kept until the copy is done. On the CPU alone there is nothing to copy.
+  Tensor to(Device d, bool non_blocking = false) const;
+  Tensor to(DeviceType d, bool non_blocking = false) const { return to(Device(d), non_blocking); }
+  /// A copy of this CPU tensor in pinned (page-locked) host memory, from which copies to a
+  /// device are asynchronous; this tensor when it is pinned already. The memory comes from
+  /// cudaHostAlloc when this build has CUDA and a device is present; otherwise (a CPU-only
+  /// build, or no GPU) it is ordinary CPU memory marked pinned, so code and tests run the
+  /// same. Throws for a tensor not on the CPU.
+  Tensor pin_memory() const;
+  /// True when the tensor's storage is pinned host memory.
+  bool is_pinned() const { return impl().storage->pinned; }
   Tensor cpu() const { return to(Device(kCPU)); }
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0) const;
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;

@@ -4,13 +4,22 @@
 // shuffled from the seeded generator (ag::manual_seed makes the order reproducible),
 // optionally dropping a short last batch — and prepares the next batch on a background
 // thread while the caller trains on the current one.
+//
+// For a device, it can hand out batches in pinned host memory (pin_memory) and move them
+// itself (device): the next batch is copied, non-blocking, on a side stream of the loader's
+// while the current one computes, an event is recorded after the copy, and when the batch is
+// handed out the consumer's current stream waits on that event (the host does not) and
+// record_stream marks the batch as used on the consumer's stream, so its memory is not
+// reused before the consumer's work on it is done (ampgrad/stream.h).
 #pragma once
 
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "ampgrad/stream.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad::data {
@@ -47,6 +56,13 @@ struct DataLoaderOptions {
   bool drop_last = false;
   /// Prepare the next batch on a background thread.
   bool prefetch = true;
+  /// Hand out batches in pinned host memory (Tensor::pin_memory), from which copies to a
+  /// device do not make the host wait. Without device, the batches stay on the CPU.
+  bool pin_memory = false;
+  /// Move each batch to this device (non-blocking, on the loader's side stream, ordered
+  /// before the consumer's stream by an event). Set to the CPU, where the move is a no-op,
+  /// the streams, event and record_stream still run.
+  std::optional<Device> device;
 };
 
 class DataLoader {
@@ -69,23 +85,33 @@ class DataLoader {
 
    private:
     friend class DataLoader;
+    // A batch and, when the loader moves batches, the event recorded after its move.
+    struct Prepared {
+      Batch batch;
+      std::shared_ptr<Event> ready;
+    };
     Iterator(const DataLoader* loader, std::shared_ptr<const std::vector<int64_t>> order, int64_t pos);
     void load();
-    Batch fetch(int64_t batch) const;
+    Prepared fetch(int64_t batch) const;
+    void hand_out(const Prepared& p);
     const DataLoader* loader_ = nullptr;
     std::shared_ptr<const std::vector<int64_t>> order_;
     int64_t pos_ = 0;
     Batch current_;
-    std::shared_future<Batch> next_;
+    std::shared_future<Prepared> next_;
   };
 
   /// Starts an epoch: draws a new order when shuffling.
   Iterator begin() const;
   Iterator end() const;
+  /// The stream batches are moved on (with the device option; destroyed with the last copy
+  /// of the loader), or nullopt.
+  std::optional<Stream> side_stream() const;
 
  private:
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  std::shared_ptr<const Stream> side_;  // with options_.device
 };
 
 /// A permutation of [0, n) from the seeded generator (Fisher-Yates on Philox draws).
