@@ -11,7 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "ampgrad/half.h"
+#include "ampgrad/host_device.h"
 #include "ampgrad/op_kinds.h"
 
 namespace ampgrad::kernels {

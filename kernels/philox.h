@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "ampgrad/half.h"
+#include "ampgrad/host_device.h"
 
 namespace ampgrad::kernels {
 

@@ -57,7 +57,7 @@ double Tensor::item_double() const {
   Tensor c = detail::host_values(*this, "item");
   return dispatch_all(c.dtype(), "item", [&]<class T>() -> double {
     const T v = *static_cast<const T*>(c.raw_data());
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return double(float(v));
+    if constexpr (is_float16_v<T>) return double(float(v));
     else return static_cast<double>(v);
   });
 }

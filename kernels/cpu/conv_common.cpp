@@ -535,12 +535,12 @@ Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& 
     parallel_for(0, d.planes, d.grain(), [&](int64_t pb, int64_t pe) {
       std::vector<A> best(size_t(d.OW));
       std::vector<int32_t> bi(size_t(d.OW));
-      std::vector<A> plane(is_half_v<T> ? size_t(d.H * d.W) : 0);
+      std::vector<A> plane(is_float16_v<T> ? size_t(d.H * d.W) : 0);
       for (int64_t pl = pb; pl < pe; ++pl) {
         // 16-bit planes are widened in bulk first; converting in the tap loop would
         // keep it from vectorising.
         const A* xp;
-        if constexpr (is_half_v<T>) {
+        if constexpr (is_float16_v<T>) {
           convert(xs + pl * d.H * d.W, plane.data(), size_t(d.H * d.W));
           xp = plane.data();
         } else {

@@ -109,12 +109,12 @@ void copy_loop(const Tensor& src, const Tensor& dst) {
         std::memcpy(p[0], p[1], size_t(n) * sizeof(D));
         return;
       }
-    } else if constexpr (is_half_v<D> && std::is_same_v<S, float>) {
+    } else if constexpr (is_float16_v<D> && std::is_same_v<S, float>) {
       if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
         convert(reinterpret_cast<const float*>(p[1]), reinterpret_cast<D*>(p[0]), size_t(n));
         return;
       }
-    } else if constexpr (is_half_v<S> && std::is_same_v<D, float>) {
+    } else if constexpr (is_float16_v<S> && std::is_same_v<D, float>) {
       if (s[0] == sizeof(D) && s[1] == sizeof(S)) {
         convert(reinterpret_cast<const S*>(p[1]), reinterpret_cast<float*>(p[0]), size_t(n));
         return;

@@ -3,22 +3,21 @@
 // already range-checked by the frontend; negative ones count from the end.
 #include <cstring>
 
-#include "ampgrad/ops/shape.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
+#include "internal.h"
 
 namespace ampgrad::cpu {
 namespace {
-
 
 inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
 
 }  // namespace
 
 void CpuBackend::index_select(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& out) {
-  const Tensor x = x0.contiguous();
+  const Tensor x = detail::contiguous_raw(x0);
   const Split3 in(x.sizes(), dim);
   const int64_t m = index.numel();
   const int64_t* idx = index.data_ptr<int64_t>();
@@ -34,7 +33,7 @@ void CpuBackend::index_select(const Tensor& x0, int64_t dim, const Tensor& index
 }
 
 void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src0) {
-  const Tensor src = src0.contiguous();
+  const Tensor src = detail::contiguous_raw(src0);
   const Split3 o(out.sizes(), dim);
   const int64_t m = index.numel();
   const int64_t* idx = index.data_ptr<int64_t>();
@@ -55,7 +54,7 @@ void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, 
 }
 
 void CpuBackend::gather(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& out) {
-  const Tensor x = x0.contiguous();
+  const Tensor x = detail::contiguous_raw(x0);
   const Split3 xi(x.sizes(), dim);
   const Shape& isz = index.sizes();
   const Shape xst = x.strides();
@@ -80,7 +79,7 @@ void CpuBackend::gather(const Tensor& x0, int64_t dim, const Tensor& index, cons
 }
 
 void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src0) {
-  const Tensor src = src0.contiguous();
+  const Tensor src = detail::contiguous_raw(src0);
   const Split3 oi(out.sizes(), dim);
   const Shape& isz = index.sizes();
   const Shape ost = out.strides();

@@ -18,8 +18,9 @@
 
 namespace ampgrad::cpu {
 
+/// Former name of is_float16_v (half.h), kept until kernels/cpu/amp.cpp uses that.
 template <class T>
-inline constexpr bool is_half_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+inline constexpr bool is_half_v = is_float16_v<T>;
 
 /// Elements per chunk when 16-bit floats are widened to float for computation.
 inline constexpr int64_t kChunk = 256;
@@ -29,11 +30,11 @@ inline D cast(S s) {
   if constexpr (std::is_same_v<D, S>) {
     return s;
   } else if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (is_half_v<S>) return float(s) != 0.0f;
+    if constexpr (is_float16_v<S>) return float(s) != 0.0f;
     else return s != S(0);
-  } else if constexpr (is_half_v<S>) {
+  } else if constexpr (is_float16_v<S>) {
     return cast<D>(float(s));
-  } else if constexpr (is_half_v<D>) {
+  } else if constexpr (is_float16_v<D>) {
     return D(float(s));
   } else {
     return static_cast<D>(s);
@@ -42,7 +43,7 @@ inline D cast(S s) {
 
 template <class T, class A = acc_type_t<T>>
 inline void load_acc(const char* p, int64_t stride, A* dst, int64_t n) {
-  if constexpr (is_half_v<T>) {
+  if constexpr (is_float16_v<T>) {
     if (stride == int64_t(sizeof(T))) {
       convert(reinterpret_cast<const T*>(p), dst, size_t(n));
       return;
@@ -53,7 +54,7 @@ inline void load_acc(const char* p, int64_t stride, A* dst, int64_t n) {
 
 template <class T, class A = acc_type_t<T>>
 inline void store_acc(const A* src, char* p, int64_t stride, int64_t n) {
-  if constexpr (is_half_v<T>) {
+  if constexpr (is_float16_v<T>) {
     if (stride == int64_t(sizeof(T))) {
       convert(src, reinterpret_cast<T*>(p), size_t(n));
       return;

@@ -61,8 +61,17 @@ constexpr const char* dtype_name(DType dt) { return detail::kDTypeInfo[int(dt)].
 /// Bytes per element.
 constexpr size_t itemsize(DType dt) { return detail::kDTypeInfo[int(dt)].itemsize; }
 constexpr bool is_floating(DType dt) { return detail::kDTypeInfo[int(dt)].floating; }
-/// float16 and bfloat16: stored in 16 bits, computed in float32.
-constexpr bool is_reduced_floating(DType dt) { return dt == kFloat16 || dt == kBFloat16; }
+/// float16 and bfloat16: stored in 16 bits, computed in float32. The dtype form of
+/// is_float16_v (half.h), the one definition of "a 16-bit float".
+constexpr bool is_reduced_floating(DType dt) {
+  switch (dt) {
+#define AG_DTYPE_REDUCED(e, t, n, f, r) \
+  case DType::e: return is_float16_v<t>;
+    AG_FORALL_DTYPES(AG_DTYPE_REDUCED)
+#undef AG_DTYPE_REDUCED
+  }
+  return false;
+}
 constexpr bool is_integral(DType dt, bool include_bool = false) {
   return !is_floating(dt) && (include_bool || dt != kBool);
 }

@@ -32,13 +32,7 @@
 #include <ostream>
 #include <type_traits>
 
-#ifndef AG_HOST_DEVICE
-#if defined(__CUDACC__)
-#define AG_HOST_DEVICE __host__ __device__
-#else
-#define AG_HOST_DEVICE
-#endif
-#endif
+#include "ampgrad/host_device.h"
 
 namespace ampgrad {
 
@@ -175,7 +169,9 @@ static_assert(sizeof(Half) == 2 && std::is_trivially_copyable_v<Half> &&
 static_assert(sizeof(BFloat16) == 2 && std::is_trivially_copyable_v<BFloat16> &&
               std::is_standard_layout_v<BFloat16>);
 
-/// True for the library's 16-bit floating-point storage types.
+/// True for the library's 16-bit floating-point storage types: the one definition of "a
+/// 16-bit float" (dtype.h's is_reduced_floating is its dtype form); kernels widen them to
+/// float to compute.
 template <class T>
 inline constexpr bool is_float16_v = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
