@@ -1,10 +1,11 @@
 // Autocast state (per thread, per device type), the guard, the cast cache and the hook
-// that ops call before they record autograd.
+// that core's ops reach through dispatch::autocast before they record autograd.
 #include <memory>
 #include <unordered_map>
 
 #include "ampgrad/autocast/autocast.h"
 #include "ampgrad/autograd.h"
+#include "ampgrad/dispatch.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/ops/elementwise.h"
 
@@ -84,12 +85,14 @@ bool eligible(const Tensor& t, DeviceType type) {
 
 }  // namespace
 
-bool is_enabled(DeviceType t) { return state(t).enabled; }
+// The engine's backward pass excludes autocast (dispatch::ExcludeAutocastGuard): there it
+// is off, whatever guards are open.
+bool is_enabled(DeviceType t) { return state(t).enabled && !dispatch::autocast_excluded(); }
 DType get_dtype(DeviceType t) { return state(t).dtype; }
 bool is_cache_enabled(DeviceType t) { return state(t).cache_enabled; }
 int depth(DeviceType t) { return state(t).depth; }
 size_t cache_size() { return t_state.cache.size(); }
-bool any_enabled() { return t_state.enabled_count > 0; }
+bool any_enabled() { return t_state.enabled_count > 0 && !dispatch::autocast_excluded(); }
 
 std::vector<DType> cast_dtypes(std::string_view op, DeviceType type, DType autocast_dtype,
                                const std::vector<DType>& inputs) {
@@ -170,7 +173,12 @@ AutocastGuard::AutocastGuard(DeviceType t, DType dtype, bool enabled, bool cache
   s.dtype = dtype;
   s.cache_enabled = cache_enabled;
   ++s.depth;
+  // Core's ops call the hook only while this thread's flag is up; installing the hook here,
+  // on every path that can raise the flag, keeps it from depending on static registration
+  // (which a static library's linker may drop).
+  if (enabled) dispatch::set_autocast_hook(&autocast::cast_if_needed);
   autocast::t_state.enabled_count += int(s.enabled) - int(prev_enabled_);
+  dispatch::set_autocast_enabled(autocast::t_state.enabled_count > 0);
 }
 
 AutocastGuard::AutocastGuard(DeviceType t, bool enabled)
@@ -179,6 +187,7 @@ AutocastGuard::AutocastGuard(DeviceType t, bool enabled)
 AutocastGuard::~AutocastGuard() {
   auto& s = autocast::state(type_);
   autocast::t_state.enabled_count += int(prev_enabled_) - int(s.enabled);
+  dispatch::set_autocast_enabled(autocast::t_state.enabled_count > 0);
   s.enabled = prev_enabled_;
   s.dtype = prev_dtype_;
   s.cache_enabled = prev_cache_;

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ampgrad/autocast/autocast.h"
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
@@ -217,7 +217,7 @@ struct ByNewest {
 void run_backward(const TensorList& roots, const TensorList& grad_roots, bool retain_graph) {
   NoGradGuard no_grad;
   // Backward runs in the dtypes the forward used: no autocast, even inside a region.
-  AutocastGuard no_autocast_cpu(kCPU, false), no_autocast_cuda(kCUDA, false);
+  dispatch::ExcludeAutocastGuard no_autocast;
   std::unordered_map<Node*, TensorList> buffers;
   std::vector<std::shared_ptr<Node>> starts;
   for (size_t i = 0; i < roots.size(); ++i) {

@@ -7,8 +7,8 @@
 // when the input does. max_pool2d saves what its kernel returns (argmax indices or a
 // workspace) to route the gradient.
 #include <array>
-#include "ampgrad/autocast/autocast.h"
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/nn.h"
 #include "ampgrad/ops/shape.h"
@@ -83,7 +83,7 @@ Shape pool_out_shape(const Tensor& x, const PoolSetup& s) { return {x.size(0), x
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-  if (auto in = autocast::cast_if_needed("conv2d", {x, weight, bias}))
+  if (auto in = dispatch::autocast("conv2d", x, weight, bias))
     return conv2d((*in)[0], (*in)[1], (*in)[2], stride, padding, dilation, groups);
   check_input_4d(x, "conv2d");
   detail::check_defined(weight, "conv2d", "weight");

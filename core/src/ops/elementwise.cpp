@@ -1,10 +1,10 @@
 // Elementwise ops: promotion and broadcasting, the kernel call, and the backward formula,
 // side by side for each op.
 #include "ampgrad/ops/elementwise.h"
-#include "ampgrad/autocast/autocast.h"
 
 #include <cmath>
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
 #include "internal.h"
@@ -136,7 +136,7 @@ SavedTensor save_if(const Tensor& t, bool needed) { return needed ? SavedTensor(
 // ---- binary arithmetic --------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (auto in = autocast::cast_if_needed("add", {a, b})) return add((*in)[0], (*in)[1], alpha);
+  if (auto in = dispatch::autocast("add", a, b)) return add((*in)[0], (*in)[1], alpha);
   const bool scaled = alpha.to_double() != 1.0;
   Tensor out = binary_forward(BinaryOp::Add, a, scaled ? scaled_raw(b, alpha) : b, "add", false);
   if (any_requires_grad({&a, &b})) {
@@ -149,7 +149,7 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (auto in = autocast::cast_if_needed("sub", {a, b})) return sub((*in)[0], (*in)[1], alpha);
+  if (auto in = dispatch::autocast("sub", a, b)) return sub((*in)[0], (*in)[1], alpha);
   const bool scaled = alpha.to_double() != 1.0;
   Tensor out = binary_forward(BinaryOp::Sub, a, scaled ? scaled_raw(b, alpha) : b, "sub", false);
   if (any_requires_grad({&a, &b})) {
@@ -162,7 +162,7 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("mul", {a, b})) return mul((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("mul", a, b)) return mul((*in)[0], (*in)[1]);
   Tensor out = binary_forward(BinaryOp::Mul, a, b, "mul", false);
   if (any_requires_grad({&a, &b})) {
     record("mul", {a, b}, {out},
@@ -175,7 +175,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("div", {a, b})) return div((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("div", a, b)) return div((*in)[0], (*in)[1]);
   Tensor out = binary_forward(BinaryOp::Div, a, b, "div", true);
   if (any_requires_grad({&a, &b})) {
     record("div", {a, b}, {out},
@@ -189,7 +189,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("pow", {a, b})) return pow((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("pow", a, b)) return pow((*in)[0], (*in)[1]);
   Tensor out = binary_forward(BinaryOp::Pow, a, b, "pow", true);
   if (any_requires_grad({&a, &b})) {
     record("pow", {a, b}, {out},
@@ -220,7 +220,7 @@ TensorList extremum_backward(const Tensor& g, const Tensor& a, const Tensor& b, 
 }  // namespace
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("maximum", {a, b})) return maximum((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("maximum", a, b)) return maximum((*in)[0], (*in)[1]);
   Tensor out = binary_forward(BinaryOp::Maximum, a, b, "maximum", false);
   if (any_requires_grad({&a, &b}))
     record("maximum", {a, b}, {out},
@@ -231,7 +231,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("minimum", {a, b})) return minimum((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("minimum", a, b)) return minimum((*in)[0], (*in)[1]);
   Tensor out = binary_forward(BinaryOp::Minimum, a, b, "minimum", false);
   if (any_requires_grad({&a, &b}))
     record("minimum", {a, b}, {out},
@@ -249,7 +249,7 @@ Tensor div(const Tensor& a, Scalar b) { return div(a, scalar_like(b, a)); }
 Tensor rdiv(const Tensor& a, Scalar b) { return div(scalar_like(b, a), a); }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
-  if (auto in = autocast::cast_if_needed("pow", {x})) return pow((*in)[0], exponent);
+  if (auto in = dispatch::autocast("pow", x)) return pow((*in)[0], exponent);
   const double e = exponent.to_double();
   Tensor out = unary_forward(UnaryOp::PowScalar, x, "pow", true, {e, 0});
   if (any_requires_grad({&x}))
@@ -297,29 +297,29 @@ Tensor sqrt(const Tensor& x) {
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return div(g, mul(y, 2.0)); });
 }
 Tensor rsqrt(const Tensor& x) {
-  if (auto in = autocast::cast_if_needed("rsqrt", {x})) return rsqrt((*in)[0]);
+  if (auto in = dispatch::autocast("rsqrt", x)) return rsqrt((*in)[0]);
   return unary_op(UnaryOp::Rsqrt, x, "rsqrt", true, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return mul(g, mul(pow(y, 3.0), -0.5));
                   });
 }
 Tensor reciprocal(const Tensor& x) {
-  if (auto in = autocast::cast_if_needed("reciprocal", {x})) return reciprocal((*in)[0]);
+  if (auto in = dispatch::autocast("reciprocal", x)) return reciprocal((*in)[0]);
   return unary_op(UnaryOp::Reciprocal, x, "reciprocal", true, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return neg(mul(g, square(y))); });
 }
 Tensor exp(const Tensor& x) {
-  if (auto in = autocast::cast_if_needed("exp", {x})) return exp((*in)[0]);
+  if (auto in = dispatch::autocast("exp", x)) return exp((*in)[0]);
   return unary_op(UnaryOp::Exp, x, "exp", true, false, true,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
-  if (auto in = autocast::cast_if_needed("log", {x})) return log((*in)[0]);
+  if (auto in = dispatch::autocast("log", x)) return log((*in)[0]);
   return unary_op(UnaryOp::Log, x, "log", true, true, false,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); });
 }
 Tensor log1p(const Tensor& x) {
-  if (auto in = autocast::cast_if_needed("log1p", {x})) return log1p((*in)[0]);
+  if (auto in = dispatch::autocast("log1p", x)) return log1p((*in)[0]);
   return unary_op(UnaryOp::Log1p, x, "log1p", true, true, false,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, add(x, 1.0)); });
 }
@@ -392,7 +392,7 @@ Tensor logical_or(const Tensor& a, const Tensor& b) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("where", {a, b})) return where(cond, (*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("where", a, b)) return where(cond, (*in)[0], (*in)[1]);
   detail::check_defined(cond, "where", "condition");
   AG_CHECK(cond.dtype() == kBool, "where", "the condition must be bool, got ", dtype_name(cond.dtype()));
   detail::check_same_device(cond, a, "where");

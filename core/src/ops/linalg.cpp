@@ -9,8 +9,8 @@
 // also makes the right operand's gradient one GEMM instead of a batch of them and a sum.
 // Operands must share one floating dtype (no implicit promotion, as in PyTorch); gradients
 // of broadcast batch dims are summed by the engine.
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
-#include "ampgrad/autocast/autocast.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/nn.h"
 #include "ampgrad/ops/reduce.h"
@@ -112,7 +112,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (auto in = autocast::cast_if_needed("matmul", {a, b})) return matmul((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast("matmul", a, b)) return matmul((*in)[0], (*in)[1]);
   check_operands(a, b);
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
   AG_CHECK(ka == kb, "matmul", "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ", ka,
@@ -131,7 +131,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (auto in = autocast::cast_if_needed("linear", {x, weight, bias})) return linear((*in)[0], (*in)[1], (*in)[2]);
+  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2]);
   detail::check_defined(x, "linear", "input");
   detail::check_defined(weight, "linear", "weight");
   detail::check_same_device(x, weight, "linear");

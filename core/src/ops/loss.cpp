@@ -7,8 +7,8 @@
 // are not counted by Mean; label smoothing mixes in the mean over classes of -log p with
 // weight label_smoothing. Any other target outside [0, C) is an error naming it.
 #include "ampgrad/ops/loss.h"
-#include "ampgrad/autocast/autocast.h"
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/nn.h"
@@ -71,7 +71,7 @@ Tensor masked_mean(const Tensor& loss, const Tensor& valid) {
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
-  if (auto in = autocast::cast_if_needed("nll_loss", {log_probs, target}))
+  if (auto in = dispatch::autocast("nll_loss", log_probs, target))
     return nll_loss((*in)[0], (*in)[1], reduction, ignore_index);
   detail::check_defined(log_probs, "nll_loss", "input");
   AG_CHECK(is_floating(log_probs.dtype()), "nll_loss", "input must be floating, got ",
@@ -83,7 +83,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
                      double label_smoothing) {
-  if (auto in = autocast::cast_if_needed("cross_entropy", {logits, target}))
+  if (auto in = dispatch::autocast("cross_entropy", logits, target))
     return cross_entropy((*in)[0], (*in)[1], reduction, ignore_index, label_smoothing);
   detail::check_defined(logits, "cross_entropy", "input");
   detail::check_defined(target, "cross_entropy", "target");
@@ -114,7 +114,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (auto in = autocast::cast_if_needed("mse_loss", {input, target})) return mse_loss((*in)[0], (*in)[1], reduction);
+  if (auto in = dispatch::autocast("mse_loss", input, target)) return mse_loss((*in)[0], (*in)[1], reduction);
   detail::check_defined(input, "mse_loss", "input");
   detail::check_defined(target, "mse_loss", "target");
   AG_CHECK(input.sizes() == target.sizes(), "mse_loss", "input of shape ", input.sizes(),
@@ -124,7 +124,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
-  if (auto in = autocast::cast_if_needed("binary_cross_entropy_with_logits", {logits, target}))
+  if (auto in = dispatch::autocast("binary_cross_entropy_with_logits", logits, target))
     return binary_cross_entropy_with_logits((*in)[0], (*in)[1], reduction);
   const char* name = "binary_cross_entropy_with_logits";
   detail::check_defined(logits, name, "input");

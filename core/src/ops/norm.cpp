@@ -7,8 +7,8 @@
 // one dtype: x, weight and bias are promoted together, and the engine casts each gradient
 // back to its input's dtype.
 #include <cmath>
-#include "ampgrad/autocast/autocast.h"
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/ops/nn.h"
 #include "ampgrad/ops/shape.h"
 #include "internal.h"
@@ -40,17 +40,17 @@ Tensor softmax_impl(const Tensor& x, int64_t dim0, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  if (auto in = autocast::cast_if_needed("softmax", {x})) return softmax((*in)[0], dim);
+  if (auto in = dispatch::autocast("softmax", x)) return softmax((*in)[0], dim);
   return softmax_impl(x, dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  if (auto in = autocast::cast_if_needed("log_softmax", {x})) return log_softmax((*in)[0], dim);
+  if (auto in = dispatch::autocast("log_softmax", x)) return log_softmax((*in)[0], dim);
   return softmax_impl(x, dim, true);
 }
 
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  if (auto in = autocast::cast_if_needed("layer_norm", {x, weight, bias}))
+  if (auto in = dispatch::autocast("layer_norm", x, weight, bias))
     return layer_norm((*in)[0], normalized_shape, (*in)[1], (*in)[2], eps);
   detail::check_defined(x, "layer_norm", "input");
   AG_CHECK(is_floating(x.dtype()), "layer_norm", "expected a floating dtype, got ", dtype_name(x.dtype()));

@@ -6,11 +6,11 @@
 // the gradient back to keepdim shape (`unreduce`) and broadcast it against the input.
 // Sums of integral or bool tensors return int64; other reductions keep the input's dtype.
 #include "ampgrad/ops/reduce.h"
-#include "ampgrad/autocast/autocast.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/shape.h"
@@ -160,7 +160,7 @@ std::pair<Tensor, Tensor> extremum_dim(const Tensor& x, int64_t dim0, bool keepd
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = autocast::cast_if_needed("sum", {x})) return sum((*in)[0], dims0, keepdim);
+  if (auto in = dispatch::autocast("sum", x)) return sum((*in)[0], dims0, keepdim);
   detail::check_defined(x, "sum", "input");
   const Shape dims = reduce_dims(x, dims0, "sum");
   const DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
@@ -274,7 +274,7 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(
 // ---- logsumexp and norm -----------------------------------------------------------------------
 
 Tensor logsumexp(const Tensor& x0, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = autocast::cast_if_needed("logsumexp", {x0})) return logsumexp((*in)[0], dims0, keepdim);
+  if (auto in = dispatch::autocast("logsumexp", x0)) return logsumexp((*in)[0], dims0, keepdim);
   detail::check_defined(x0, "logsumexp", "input");
   // Integral inputs compute in the default floating dtype, like PyTorch.
   const Tensor x = is_floating(x0.dtype()) ? x0 : detail::cast_raw(x0, get_default_dtype());
@@ -295,7 +295,7 @@ Tensor logsumexp(const Tensor& x0, const std::vector<int64_t>& dims0, bool keepd
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = autocast::cast_if_needed("norm", {x})) return norm((*in)[0], p, dims0, keepdim);
+  if (auto in = dispatch::autocast("norm", x)) return norm((*in)[0], p, dims0, keepdim);
   detail::check_defined(x, "norm", "input");
   check_floating(x, "norm");
   AG_CHECK(!std::isnan(p), "norm", "p must not be NaN");

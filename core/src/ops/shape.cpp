@@ -1,11 +1,11 @@
 // Views, copies and joins. Views share storage (and so the version counter); each records
 // a backward that maps the gradient back to the input's geometry.
 #include "ampgrad/ops/shape.h"
-#include "ampgrad/autocast/autocast.h"
 
 #include <algorithm>
 #include <numeric>
 
+#include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
@@ -280,7 +280,7 @@ Tensor clone(const Tensor& x) {
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (auto in = autocast::cast_if_needed("cat", tensors)) return cat(*in, dim);
+  if (auto in = dispatch::autocast("cat", tensors)) return cat(*in, dim);
   AG_CHECK(!tensors.empty(), "cat", "expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   for (const Tensor& t : tensors) detail::check_defined(t, "cat", "an input");
@@ -326,7 +326,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (auto in = autocast::cast_if_needed("stack", tensors)) return stack(*in, dim);
+  if (auto in = dispatch::autocast("stack", tensors)) return stack(*in, dim);
   AG_CHECK(!tensors.empty(), "stack", "expected a non-empty list of tensors");
   dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
   std::vector<Tensor> parts;

@@ -53,16 +53,18 @@ size_t cache_size();
 std::vector<DType> cast_dtypes(std::string_view op, DeviceType device_type, DType autocast_dtype,
                                const std::vector<DType>& inputs);
 
-/// True when autocast is enabled for any device type on this thread (the ops' fast path).
+/// True when autocast is enabled for any device type on this thread. Inside the engine's
+/// backward pass (dispatch::ExcludeAutocastGuard) it is off, as is_enabled is.
 bool any_enabled();
 
 /// The inputs an op computes with under the current autocast state: each one unchanged
 /// or cast (through autograd) according to the op's policy. Undefined tensors pass.
 std::vector<Tensor> cast_inputs(const char* op, std::vector<Tensor> inputs);
 
-/// What ops call first: the cast inputs when autocast changes any of them, else nullopt
-/// (the common case, decided by one thread-local read when autocast is off). An op then
-/// calls itself with the cast inputs; casting is idempotent, so that call proceeds.
+/// The hook that core's ops call first, through dispatch::autocast (ampgrad/dispatch.h),
+/// while autocast is enabled on the thread: the cast inputs when autocast changes any of
+/// them, else nullopt. An op then calls itself with the cast inputs; casting is
+/// idempotent, so that call proceeds. AutocastGuard installs it.
 std::optional<std::vector<Tensor>> cast_if_needed(const char* op, const std::vector<Tensor>& inputs);
 
 }  // namespace autocast

@@ -1,15 +1,19 @@
 // ampgrad: a tensor and autograd library with automatic mixed precision.
 // This umbrella header is all a consumer includes: #include <ampgrad/ampgrad.h>.
+// It lives above the library's parts (include/, not core/include/), because it includes
+// all of them, and core includes nothing from the parts built on it.
 #pragma once
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
 #include "ampgrad/convert.h"
 #include "ampgrad/device.h"
+#include "ampgrad/dispatch.h"
 #include "ampgrad/dtype.h"
 #include "ampgrad/error.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/half.h"
+#include "ampgrad/host_device.h"
 #include "ampgrad/hw/cpu.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/memory.h"
