@@ -9,6 +9,9 @@
 // grad (a node is recorded). Only the forward call is measured, no backward; the result,
 // and with it the recorded graph, is freed at the end of each iteration, so the time per
 // iteration is the cost of creating and dropping one op's output (and node).
+// tiny_scalar_mul/grad_off/*: a 1-element float32 `t * 2.0` (ours: the scalar goes to the
+// kernel by value) against `t * t` (the tensor-tensor path, its ceiling) in the same run,
+// grad mode off: a scalar operand must cost no more than a tensor one.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
@@ -103,12 +106,40 @@ void BM_tiny_add_record(benchmark::State& state) {
   }
 }
 
+void BM_tiny_mul_scalar(benchmark::State& state) {
+  try {
+    ag::NoGradGuard no_grad;
+    const ag::Tensor t = ag::ones({1});
+    for (auto _ : state) {
+      ag::Tensor c = t * 2.0;
+      benchmark::DoNotOptimize(c.unsafe_impl());
+    }
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_tiny_mul_tensor(benchmark::State& state) {
+  try {
+    ag::NoGradGuard no_grad;
+    const ag::Tensor t = ag::ones({1});
+    for (auto _ : state) {
+      ag::Tensor c = t * t;
+      benchmark::DoNotOptimize(c.unsafe_impl());
+    }
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
 
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_add_omp)->Name("add/float32/16M/omp_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_tiny_add_nograd)->Name("tiny_add/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
 BENCHMARK(BM_tiny_add_record)->Name("tiny_add/recording/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
+BENCHMARK(BM_tiny_mul_scalar)->Name("tiny_scalar_mul/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
+BENCHMARK(BM_tiny_mul_tensor)->Name("tiny_scalar_mul/grad_off/tensor_operand")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -198,6 +198,8 @@ Tensor fit_gradient(const Node& node, size_t i, Tensor g) {
     }
   }
   if (g.dtype() != meta.dtype && g.dtype() != meta.wide_dtype) g = g.to(meta.dtype);
+  // A 0-dim CPU tensor used as a scalar by another device's op gets its gradient there.
+  if (g.device() != meta.device) g = g.to(meta.device);
   return g;
 }
 

@@ -45,9 +45,9 @@ double Backend::event_elapsed_ms(void*, void*) { AG_MISSING("Event::elapsed_time
 void Backend::copy(const Tensor&, const Tensor&) { AG_MISSING("copy"); }
 void Backend::fill(const Tensor&, double) { AG_MISSING("fill"); }
 void Backend::unary(UnaryOp op, const Tensor&, const Tensor&, UnaryParams) { AG_MISSING(op_name(op)); }
-void Backend::binary(BinaryOp op, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op_name(op)); }
-void Backend::compare(CompareOp op, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op_name(op)); }
-void Backend::where(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("where"); }
+void Backend::binary(BinaryOp op, const Operand&, const Operand&, const Tensor&) { AG_MISSING(op_name(op)); }
+void Backend::compare(CompareOp op, const Operand&, const Operand&, const Tensor&) { AG_MISSING(op_name(op)); }
+void Backend::where(const Tensor&, const Operand&, const Operand&, const Tensor&) { AG_MISSING("where"); }
 void Backend::reduce(ReduceOp op, const Tensor&, const Shape&, const Tensor&, ReduceParams) { AG_MISSING(op_name(op)); }
 void Backend::max_min_dim(bool, const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("max"); }
 void Backend::uniform(const Tensor&, double, double, uint64_t, uint64_t) { AG_MISSING("uniform"); }

@@ -210,26 +210,34 @@ Tensor randint(int64_t low, int64_t high, const std::vector<int64_t>& shape, Ten
   Tensor f = detail::unary_raw(UnaryOp::Clamp, u, {double(low), double(high) - 1});
   // floor via conversion: values are within [low, high), truncation toward zero differs
   // from floor only for negatives, so shift to non-negative first.
-  Tensor shifted = detail::binary_raw(BinaryOp::Sub, f, scalar_tensor(double(low), TensorOptions(kFloat64).device(opts.device())));
+  Tensor shifted = detail::binary_raw(BinaryOp::Sub, f, Operand::scalar(double(low)));
   Tensor ints = detail::cast_raw(shifted, kInt64);
-  Tensor out = detail::binary_raw(BinaryOp::Add, ints, scalar_tensor(low, TensorOptions(kInt64).device(opts.device())));
+  Tensor out = detail::binary_raw(BinaryOp::Add, ints, Operand::integer(low));
   return detail::cast_raw(out, opts.dtype());
 }
 
-Tensor bernoulli(const Tensor& p) {
-  AG_CHECK(p.is_floating_point(), "bernoulli", "probabilities must be floating, got ", dtype_name(p.dtype()));
-  Tensor u = make_tensor(p.sizes(), p.dtype(), p.device());
+namespace {
+// 1 where a uniform draw of u's shape falls below p (a tensor or a scalar), in u's dtype.
+Tensor draw_below(Tensor u, const Operand& p) {
   {
     NoGradGuard ng;
     u.uniform_(0.0, 1.0);
   }
-  Tensor hit = lt(u, p.detach());
-  return detail::cast_raw(hit, p.dtype());
+  Tensor hit = make_tensor(u.sizes(), kBool, u.device());
+  backend(u.device(), "bernoulli").compare(CompareOp::Lt, u, p, hit);
+  return detail::cast_raw(hit, u.dtype());
+}
+}  // namespace
+
+Tensor bernoulli(const Tensor& p) {
+  AG_CHECK(p.is_floating_point(), "bernoulli", "probabilities must be floating, got ", dtype_name(p.dtype()));
+  return draw_below(make_tensor(p.sizes(), p.dtype(), p.device()), p);
 }
 
 Tensor bernoulli(const std::vector<int64_t>& shape, double p, TensorOptions opts) {
   AG_CHECK(p >= 0 && p <= 1, "bernoulli", "p must be in [0, 1], got ", p);
-  return bernoulli(full(shape, p, opts));
+  AG_CHECK(is_floating(opts.dtype()), "bernoulli", "probabilities must be floating, got ", dtype_name(opts.dtype()));
+  return draw_below(make_tensor(Shape(shape), opts.dtype(), opts.device()), Operand::scalar(p));
 }
 
 Tensor rand_like(const Tensor& t) { return rand(t.sizes().vec(), t.options()); }

@@ -51,6 +51,8 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+void detail::bump_version(const Tensor& t) { ++t.unsafe_impl()->storage->version; }
+
 double Tensor::item_double() const {
   AG_CHECK(numel() == 1, "item", "a tensor with ", numel(), " elements (shape ", sizes(),
            ") cannot be converted to a scalar");

@@ -127,34 +127,38 @@ Tensor Tensor::log_softmax(int64_t d) const { return ampgrad::log_softmax(*this,
 
 namespace {
 
-// self = op(self, other): writes straight into self when no graph is needed.
-Tensor& binary_inplace(Tensor& self, const char* name, BinaryOp op, const Tensor& other,
-                       const std::function<Tensor()>& compute) {
-  detail::check_defined(other, name, "other");
-  detail::check_same_device(self, other, name);
-  const bool needs_grad = any_requires_grad({&self, &other});
+// self = op(self, other) for a tensor other (or, other_tensor null, the scalar
+// other_scalar, passed to the kernel by value): writes straight into self when no graph is
+// needed.
+Tensor& binary_inplace(Tensor& self, const char* name, BinaryOp op, const Tensor* other_tensor,
+                       Scalar other_scalar, const std::function<Tensor()>& compute) {
+  if (other_tensor) {
+    detail::check_defined(*other_tensor, name, "other");
+    if (!detail::is_host_scalar(*other_tensor)) detail::check_same_device(self, *other_tensor, name);
+  }
+  const bool needs_grad = other_tensor ? any_requires_grad({&self, other_tensor}) : any_requires_grad({&self});
   detail::apply_inplace(self, name, needs_grad, compute, [&] {
-    const Shape shape = broadcast_shapes(self.sizes(), other.sizes(), name);
+    const Shape shape = other_tensor ? broadcast_shapes(self.sizes(), other_tensor->sizes(), name) : self.sizes();
     AG_CHECK(shape == self.sizes(), name, "the result's shape ", shape, " does not match the shape ",
              self.sizes(), " of the tensor modified in place");
-    DType dt = promote_types(self.dtype(), other.dtype());
+    DType dt = other_tensor ? promote_types(self.dtype(), other_tensor->dtype())
+                            : result_type(self.dtype(), other_scalar);
     AG_CHECK(is_floating(self.dtype()) || !is_floating(dt), name, "result dtype ", dtype_name(dt),
              " cannot be cast to the ", dtype_name(self.dtype()), " tensor modified in place");
     if (op == BinaryOp::Div && !is_floating(dt)) dt = get_default_dtype();
+    Tensor hold;
+    const Operand other = other_tensor ? detail::operand_on(*other_tensor, self.device(), dt, shape, hold)
+                                       : Operand::scalar(other_scalar.to_double());
+    Backend& be = backend(self.device(), name);
     if (dt == self.dtype()) {
-      backend(self.device(), name).binary(op, self, detail::expand_raw(detail::cast_raw(other, dt), shape), self);
+      be.binary(op, self, other, self);
     } else {
       Tensor r = make_tensor(shape, dt, self.device());
-      backend(self.device(), name).binary(op, detail::cast_raw(self, dt),
-                                          detail::expand_raw(detail::cast_raw(other, dt), shape), r);
-      backend(self.device(), name).copy(r, self);
+      be.binary(op, detail::cast_raw(self, dt), other, r);
+      be.copy(r, self);
     }
   });
   return self;
-}
-
-Tensor scalar_for(const Tensor& self, Scalar s) {
-  return scalar_tensor(s, TensorOptions().dtype(result_type(self.dtype(), s)).device(self.device()));
 }
 
 }  // namespace
@@ -162,23 +166,31 @@ Tensor scalar_for(const Tensor& self, Scalar s) {
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   if (alpha.to_double() != 1.0) {
     Tensor scaled = ampgrad::mul(o, alpha);
-    return binary_inplace(*this, "add_", BinaryOp::Add, scaled, [&] { return ampgrad::add(*this, scaled); });
+    return binary_inplace(*this, "add_", BinaryOp::Add, &scaled, {}, [&] { return ampgrad::add(*this, scaled); });
   }
-  return binary_inplace(*this, "add_", BinaryOp::Add, o, [&] { return ampgrad::add(*this, o); });
+  return binary_inplace(*this, "add_", BinaryOp::Add, &o, {}, [&] { return ampgrad::add(*this, o); });
 }
-Tensor& Tensor::add_(Scalar s) { return add_(scalar_for(*this, s)); }
+Tensor& Tensor::add_(Scalar s) {
+  return binary_inplace(*this, "add_", BinaryOp::Add, nullptr, s, [&] { return ampgrad::add(*this, s); });
+}
 Tensor& Tensor::sub_(const Tensor& o) {
-  return binary_inplace(*this, "sub_", BinaryOp::Sub, o, [&] { return ampgrad::sub(*this, o); });
+  return binary_inplace(*this, "sub_", BinaryOp::Sub, &o, {}, [&] { return ampgrad::sub(*this, o); });
 }
-Tensor& Tensor::sub_(Scalar s) { return sub_(scalar_for(*this, s)); }
+Tensor& Tensor::sub_(Scalar s) {
+  return binary_inplace(*this, "sub_", BinaryOp::Sub, nullptr, s, [&] { return ampgrad::sub(*this, s); });
+}
 Tensor& Tensor::mul_(const Tensor& o) {
-  return binary_inplace(*this, "mul_", BinaryOp::Mul, o, [&] { return ampgrad::mul(*this, o); });
+  return binary_inplace(*this, "mul_", BinaryOp::Mul, &o, {}, [&] { return ampgrad::mul(*this, o); });
 }
-Tensor& Tensor::mul_(Scalar s) { return mul_(scalar_for(*this, s)); }
+Tensor& Tensor::mul_(Scalar s) {
+  return binary_inplace(*this, "mul_", BinaryOp::Mul, nullptr, s, [&] { return ampgrad::mul(*this, s); });
+}
 Tensor& Tensor::div_(const Tensor& o) {
-  return binary_inplace(*this, "div_", BinaryOp::Div, o, [&] { return ampgrad::div(*this, o); });
+  return binary_inplace(*this, "div_", BinaryOp::Div, &o, {}, [&] { return ampgrad::div(*this, o); });
 }
-Tensor& Tensor::div_(Scalar s) { return div_(scalar_for(*this, s)); }
+Tensor& Tensor::div_(Scalar s) {
+  return binary_inplace(*this, "div_", BinaryOp::Div, nullptr, s, [&] { return ampgrad::div(*this, s); });
+}
 
 Tensor& Tensor::zero_() { return fill_(0); }
 
@@ -221,8 +233,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   detail::apply_inplace(*this, "masked_fill_", needs_grad,
                         [&] { return ampgrad::masked_fill(*this, mask, value); }, [&] {
     AG_CHECK(mask.defined() && mask.dtype() == kBool, "masked_fill_", "the mask must be a bool tensor");
-    Tensor v = scalar_tensor(value, TensorOptions().dtype(dtype()).device(device()));
-    backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), detail::expand_raw(v, sizes()),
+    backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), Operand::scalar(value.to_double()),
                                             *this, *this);
   });
   return *this;

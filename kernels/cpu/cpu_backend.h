@@ -39,9 +39,9 @@ class CpuBackend final : public Backend {
   void fill(const Tensor& dst, double value) override;
 
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override;
-  void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) override;
-  void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) override;
+  void compare(CompareOp op, const Operand& a, const Operand& b, const Tensor& out) override;
+  void where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) override;
 
   void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out,
               ReduceParams p) override;

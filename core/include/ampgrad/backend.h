@@ -1,11 +1,13 @@
 // The backend interface: one object per device type, filled by kernels/cpu and kernels/cuda.
 //
-// The op frontend (core/src/ops) validates, promotes and broadcasts, records autograd, and
-// then calls exactly one of these entry points. Kernels therefore see checked inputs of
-// the dtype they compute in, already broadcast to the output's shape (broadcast dims have
+// The op frontend (core/src/ops) validates, promotes and broadcasts, calls exactly one of
+// these entry points, and records autograd. Kernels therefore see checked inputs of the
+// dtype they compute in, already broadcast to the output's shape (broadcast dims have
 // stride 0), and outputs that are allocated and sized. Unless said otherwise, inputs may
-// have any strides and outputs are contiguous. A backend that lacks an entry inherits the
-// default, which throws "[op] not implemented on <device>".
+// have any strides and outputs are contiguous. The elementwise entries binary, compare and
+// where take each value operand as an Operand: a tensor, or a scalar passed by value. A
+// backend that lacks an entry inherits the default, which throws "[op] not implemented on
+// <device>".
 //
 // A build without CUDA links kernels/cuda/stub.cpp, whose cuda_backend() throws
 // "[op] ampgrad was built without CUDA"; nothing outside kernels/ tests for CUDA.
@@ -19,6 +21,46 @@
 #include "ampgrad/tensor.h"
 
 namespace ampgrad {
+
+/// A value operand of the elementwise entries (binary, compare, where): a tensor, or a
+/// scalar passed by value. A tensor operand is like any kernel input: broadcast to the
+/// output's shape, of the dtype the kernel computes in. A scalar operand is a value that
+/// the kernel converts once to that dtype, exactly as fill converts a value (an integer
+/// one from int64, so that no int64 is rounded through double), and keeps in a register:
+/// `t * 2.0` allocates nothing for the 2.0 and reads nothing from memory for it. An Operand
+/// refers to its tensor without owning it; it is an argument, valid for the call.
+class Operand {
+ public:
+  Operand(const Tensor& t) : tensor_(&t) {}  // NOLINT: implicit, a tensor is an operand
+  /// A scalar, converted to the kernel's dtype as fill converts a double.
+  static Operand scalar(double v) {
+    Operand o;
+    o.value_ = v;
+    return o;
+  }
+  /// An integral scalar, converted from int64 (as a copy from an int64 tensor converts).
+  static Operand integer(int64_t v) {
+    Operand o;
+    o.int_value_ = v;
+    o.integer_ = true;
+    return o;
+  }
+
+  bool is_scalar() const { return tensor_ == nullptr; }
+  /// The tensor of a tensor operand.
+  const Tensor& tensor() const { return *tensor_; }
+  /// A scalar operand's value: int_value() when is_integer(), else value().
+  bool is_integer() const { return integer_; }
+  double value() const { return value_; }
+  int64_t int_value() const { return int_value_; }
+
+ private:
+  Operand() = default;
+  const Tensor* tensor_ = nullptr;
+  double value_ = 0;
+  int64_t int_value_ = 0;
+  bool integer_ = false;
+};
 
 struct Conv2dParams {
   int64_t stride[2] = {1, 1};
@@ -158,11 +200,14 @@ class Backend {
 
   // ---- elementwise (out may be a strided view for in-place ops) -----------------------
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p);
-  virtual void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out);
-  /// out is bool; a and b share a dtype.
-  virtual void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out);
-  /// out = cond ? a : b; cond is bool, a and b share out's dtype.
-  virtual void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+  /// out = op(a, b) in out's dtype; at least one of a and b is a tensor.
+  virtual void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out);
+  /// out is bool; a and b share a dtype (a scalar takes the tensor operand's); at least one
+  /// of them is a tensor.
+  virtual void compare(CompareOp op, const Operand& a, const Operand& b, const Tensor& out);
+  /// out = cond ? a : b; cond is a bool tensor, a and b are in out's dtype (either or both
+  /// may be scalars).
+  virtual void where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out);
 
   // ---- reductions --------------------------------------------------------------------
   /// Reduces x over `dims` (sorted, unique, non-negative) into out, which has x's rank

@@ -17,8 +17,6 @@
 namespace ampgrad {
 namespace {
 
-SavedTensor save_if(const Tensor& t, bool needed) { return needed ? SavedTensor(t) : SavedTensor(); }
-
 // A per-dim argument given for both dims (one value) or each (two).
 std::array<int64_t, 2> pair_arg(const std::vector<int64_t>& v, const char* op, const char* what) {
   AG_CHECK(v.size() == 1 || v.size() == 2, op, what, " must have 1 or 2 values, got ", v);
@@ -134,7 +132,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
   backend(x.device(), "conv2d").conv2d(xc, wc, bc, out, p);
   if (any_requires_grad({&x, &weight, &bias}))
     record("conv2d", {x, weight, bias}, {out},
-           [sx = save_if(xc, weight.requires_grad()), sw = save_if(wc, x.requires_grad()), p,
+           [sx = detail::save_if(xc, weight.requires_grad()), sw = detail::save_if(wc, x.requires_grad()), p,
             xs = x.sizes(), ws = weight.sizes()](const TensorList& g, GradMask need) -> TensorList {
              const Tensor gy = detail::contiguous_raw(g[0]);
              Backend& be = backend(gy.device(), "conv2d");

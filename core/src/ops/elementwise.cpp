@@ -1,5 +1,6 @@
 // Elementwise ops: promotion and broadcasting, the kernel call, and the backward formula,
-// side by side for each op.
+// side by side for each op. A C++ scalar operand (t * 2.0) reaches the kernel by value and
+// never becomes a tensor; so does a 0-dim CPU tensor next to a tensor of another device.
 #include "ampgrad/ops/elementwise.h"
 
 #include <cmath>
@@ -35,20 +36,51 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
   AG_CHECK(t.defined(), op, what, " is an undefined tensor");
 }
 
+bool is_host_scalar(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
+
+Device common_device(const Tensor& a, const Tensor& b, const char* op) {
+  if (a.device() == b.device()) return a.device();
+  if (is_host_scalar(b)) return a.device();
+  if (is_host_scalar(a)) return b.device();
+  check_same_device(a, b, op);  // throws
+  return a.device();
+}
+
+Operand host_scalar(const Tensor& t) {
+  // The element itself, not item(): it is on the host already, so nothing waits (and no
+  // host sync is counted).
+  return dispatch_all(t.dtype(), "scalar", [&]<class T>() {
+    const T v = *static_cast<const T*>(t.raw_data());
+    if constexpr (std::is_integral_v<T>) return Operand::integer(int64_t(v));
+    else if constexpr (is_float16_v<T>) return Operand::scalar(double(float(v)));
+    else return Operand::scalar(double(v));
+  });
+}
+
+Operand operand_on(const Tensor& t, Device device, DType dt, const Shape& shape, Tensor& hold) {
+  if (t.device() != device) return host_scalar(t);
+  hold = expand_raw(cast_raw(t, dt), shape);
+  return hold;
+}
+
 Tensor unary_raw(UnaryOp op, const Tensor& x, UnaryParams p) {
   Tensor out = make_tensor(x.sizes(), x.dtype(), x.device());
   backend(x.device(), op_name(op)).unary(op, x, out, p);
   return out;
 }
 
-Tensor binary_raw(BinaryOp op, const Tensor& a, const Tensor& b) {
-  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), op_name(op));
+Tensor binary_raw(BinaryOp op, const Tensor& a, const Operand& b) {
+  Backend& be = backend(a.device(), op_name(op));
+  if (b.is_scalar()) {
+    Tensor out = make_tensor(a.sizes(), a.dtype(), a.device());
+    be.binary(op, a, b, out);
+    return out;
+  }
+  const Shape shape = broadcast_shapes(a.sizes(), b.tensor().sizes(), op_name(op));
   Tensor out = make_tensor(shape, a.dtype(), a.device());
-  backend(a.device(), op_name(op)).binary(op, expand_raw(a, shape), expand_raw(b, shape), out);
+  be.binary(op, expand_raw(a, shape), expand_raw(b.tensor(), shape), out);
   return out;
 }
-
-void bump_version(const Tensor& t) { ++t.unsafe_impl()->storage->version; }
 
 void apply_inplace(Tensor& self, const char* op, bool needs_grad,
                    const std::function<Tensor()>& compute,
@@ -76,23 +108,48 @@ void apply_inplace(Tensor& self, const char* op, bool needs_grad,
 using detail::binary_raw;
 using detail::cast_raw;
 using detail::expand_raw;
+using detail::operand_on;
+using detail::save_if;
 using detail::unary_raw;
 
 namespace {
 
-// Runs a binary kernel after promotion and broadcasting.
+// The dtype arithmetic computes in, given the operands' promoted dtype: floating-only
+// math computes integral operands in the default floating dtype; bool has no arithmetic.
+DType arithmetic_dtype(DType dt, bool float_only, const char* name) {
+  if (float_only && !is_floating(dt)) dt = get_default_dtype();
+  AG_CHECK(dt != kBool, name, "not defined for bool tensors");
+  return dt;
+}
+
+// op(a, b) after promotion and broadcasting.
 Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, const char* name,
                       bool float_only) {
   detail::check_defined(a, name, "input");
   detail::check_defined(b, name, "other");
-  detail::check_same_device(a, b, name);
-  DType dt = promote_types(a.dtype(), b.dtype());
-  if (float_only && !is_floating(dt)) dt = get_default_dtype();
-  AG_CHECK(dt != kBool, name, "not defined for bool tensors");
+  const Device device = detail::common_device(a, b, name);
+  const DType dt = arithmetic_dtype(promote_types(a.dtype(), b.dtype()), float_only, name);
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
-  Tensor out = make_tensor(shape, dt, a.device());
-  backend(a.device(), name).binary(op, expand_raw(cast_raw(a, dt), shape),
-                                   expand_raw(cast_raw(b, dt), shape), out);
+  Tensor out = make_tensor(shape, dt, device);
+  Tensor ha, hb;
+  backend(device, name).binary(op, operand_on(a, device, dt, shape, ha),
+                               operand_on(b, device, dt, shape, hb), out);
+  return out;
+}
+
+// op(t, s), or op(s, t) when scalar_first. The scalar promotes as a Python scalar does
+// (result_type: it never widens a tensor of its own category) and reaches the kernel by
+// value.
+Tensor binary_scalar_forward(BinaryOp op, const Tensor& t, Scalar s, bool scalar_first,
+                             const char* name, bool float_only) {
+  detail::check_defined(t, name, "input");
+  const DType dt = arithmetic_dtype(result_type(t.dtype(), s), float_only, name);
+  Tensor out = make_tensor(t.sizes(), dt, t.device());
+  const Tensor tc = cast_raw(t, dt);
+  const Operand sv = Operand::scalar(s.to_double());
+  Backend& be = backend(t.device(), name);
+  if (scalar_first) be.binary(op, sv, tc, out);
+  else be.binary(op, tc, sv, out);
   return out;
 }
 
@@ -108,17 +165,24 @@ Tensor unary_forward(UnaryOp op, const Tensor& x, const char* name, bool float_o
   return out;
 }
 
-Tensor scalar_like(Scalar s, const Tensor& t) {
-  return scalar_tensor(s, TensorOptions().dtype(result_type(t.dtype(), s)).device(t.device()));
-}
-
 Tensor compare_forward(CompareOp op, const Tensor& a, const Tensor& b, const char* name) {
-  detail::check_same_device(a, b, name);
+  detail::check_defined(a, name, "input");
+  detail::check_defined(b, name, "other");
+  const Device device = detail::common_device(a, b, name);
   const DType dt = promote_types(a.dtype(), b.dtype());
   const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
-  Tensor out = make_tensor(shape, kBool, a.device());
-  backend(a.device(), name).compare(op, expand_raw(cast_raw(a, dt), shape),
-                                    expand_raw(cast_raw(b, dt), shape), out);
+  Tensor out = make_tensor(shape, kBool, device);
+  Tensor ha, hb;
+  backend(device, name).compare(op, operand_on(a, device, dt, shape, ha),
+                                operand_on(b, device, dt, shape, hb), out);
+  return out;
+}
+
+Tensor compare_scalar_forward(CompareOp op, const Tensor& t, Scalar s, const char* name) {
+  detail::check_defined(t, name, "input");
+  Tensor out = make_tensor(t.sizes(), kBool, t.device());
+  backend(t.device(), name).compare(op, cast_raw(t, result_type(t.dtype(), s)),
+                                    Operand::scalar(s.to_double()), out);
   return out;
 }
 
@@ -127,9 +191,6 @@ Tensor scaled_raw(const Tensor& b, Scalar alpha) {
   NoGradGuard no_grad;
   return mul(b, alpha);
 }
-
-// Saves t only when the gradient of `other` will need it.
-SavedTensor save_if(const Tensor& t, bool needed) { return needed ? SavedTensor(t) : SavedTensor(); }
 
 }  // namespace
 
@@ -210,11 +271,10 @@ TensorList extremum_backward(const Tensor& g, const Tensor& a, const Tensor& b, 
                              GradMask need) {
   Tensor wins = is_max ? gt(a, b) : lt(a, b);
   Tensor ties = eq(a, b);
-  Tensor half = mul(g, 0.5);
-  Tensor zero = zeros_like(g);
+  Tensor tie_share = where(ties, mul(g, 0.5), 0.0);
   Tensor ga, gb;
-  if (need[0]) ga = where(wins, g, where(ties, half, zero));
-  if (need[1]) gb = where(logical_or(wins, ties), where(ties, half, zero), g);
+  if (need[0]) ga = where(wins, g, tie_share);
+  if (need[1]) gb = where(logical_or(wins, ties), tie_share, g);
   return {ga, gb};
 }
 }  // namespace
@@ -241,12 +301,58 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor add(const Tensor& a, Scalar b) { return add(a, scalar_like(b, a)); }
-Tensor sub(const Tensor& a, Scalar b) { return sub(a, scalar_like(b, a)); }
-Tensor rsub(const Tensor& a, Scalar b) { return sub(scalar_like(b, a), a); }
-Tensor mul(const Tensor& a, Scalar b) { return mul(a, scalar_like(b, a)); }
-Tensor div(const Tensor& a, Scalar b) { return div(a, scalar_like(b, a)); }
-Tensor rdiv(const Tensor& a, Scalar b) { return div(scalar_like(b, a), a); }
+// ---- tensor with a scalar: the scalar goes to the kernel by value, and backward formulas
+// capture it by value (nothing is saved for it) --------------------------------------------
+
+Tensor add(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("add", a)) return add((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Add, a, b, false, "add", false);
+  if (any_requires_grad({&a}))
+    record("add", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+  return out;
+}
+
+Tensor sub(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("sub", a)) return sub((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, false, "sub", false);
+  if (any_requires_grad({&a}))
+    record("sub", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+  return out;
+}
+
+Tensor rsub(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("sub", a)) return rsub((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, true, "sub", false);
+  if (any_requires_grad({&a}))
+    record("sub", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], -1.0)}; });
+  return out;
+}
+
+Tensor mul(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("mul", a)) return mul((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Mul, a, b, false, "mul", false);
+  if (any_requires_grad({&a}))
+    record("mul", {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], b)}; });
+  return out;
+}
+
+Tensor div(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("div", a)) return div((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, false, "div", true);
+  if (any_requires_grad({&a}))
+    record("div", {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {div(g[0], b)}; });
+  return out;
+}
+
+Tensor rdiv(const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("div", a)) return rdiv((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, true, "div", true);
+  if (any_requires_grad({&a}))  // d(b / a) = -(g / a) * out
+    record("div", {a}, {out}, [sa = SavedTensor(a), so = SavedTensor(out)](const TensorList& g, GradMask) -> TensorList {
+      return {neg(mul(div(g[0], sa.get()), so.get()))};
+    });
+  return out;
+}
 
 Tensor pow(const Tensor& x, Scalar exponent) {
   if (auto in = dispatch::autocast("pow", x)) return pow((*in)[0], exponent);
@@ -263,15 +369,24 @@ Tensor pow(const Tensor& x, Scalar exponent) {
 // ---- unary --------------------------------------------------------------------------------
 
 namespace {
-// A unary op whose gradient is a function of (grad, saved input, saved output).
+// One unary op's row: the kernel, and what its backward formula reads.
+struct UnarySpec {
+  UnaryOp op;
+  const char* name;
+  bool float_only = false;   // integral inputs compute in the default floating dtype
+  bool save_input = false;   // the backward formula reads the input
+  bool save_output = false;  // the backward formula reads the output
+  UnaryParams params = {};
+};
+
+// A unary op whose gradient is bw(grad, saved input, saved output).
 template <class Backward>
-Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, bool float_only, bool save_x,
-                bool save_y, Backward bw, UnaryParams p = {}) {
-  Tensor out = unary_forward(op, x, name, float_only, p);
+Tensor unary_op(const UnarySpec& spec, const Tensor& x, Backward bw) {
+  Tensor out = unary_forward(spec.op, x, spec.name, spec.float_only, spec.params);
   if (any_requires_grad({&x}))
-    record(name, {x}, {out},
-           [sx = save_if(x, save_x), sy = save_if(out, save_y), bw](const TensorList& g,
-                                                                     GradMask) -> TensorList {
+    record(spec.name, {x}, {out},
+           [sx = save_if(x, spec.save_input), sy = save_if(out, spec.save_output), bw](
+               const TensorList& g, GradMask) -> TensorList {
              static const Tensor none;
              return {bw(g[0], sx.defined() ? sx.get() : none, sy.defined() ? sy.get() : none)};
            });
@@ -280,63 +395,63 @@ Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, bool float_only, 
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  return unary_op(UnaryOp::Neg, x, "neg", false, false, false,
+  return unary_op({.op = UnaryOp::Neg, .name = "neg"}, x,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op(UnaryOp::Abs, x, "abs", false, true, false,
+  return unary_op({.op = UnaryOp::Abs, .name = "abs", .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sign(x)); });
 }
 Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, x, "sign", false); }
 Tensor square(const Tensor& x) {
-  return unary_op(UnaryOp::Square, x, "square", false, true, false,
+  return unary_op({.op = UnaryOp::Square, .name = "square", .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, mul(x, 2.0)); });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Sqrt, x, "sqrt", true, false, true,
+  return unary_op({.op = UnaryOp::Sqrt, .name = "sqrt", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return div(g, mul(y, 2.0)); });
 }
 Tensor rsqrt(const Tensor& x) {
   if (auto in = dispatch::autocast("rsqrt", x)) return rsqrt((*in)[0]);
-  return unary_op(UnaryOp::Rsqrt, x, "rsqrt", true, false, true,
+  return unary_op({.op = UnaryOp::Rsqrt, .name = "rsqrt", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return mul(g, mul(pow(y, 3.0), -0.5));
                   });
 }
 Tensor reciprocal(const Tensor& x) {
   if (auto in = dispatch::autocast("reciprocal", x)) return reciprocal((*in)[0]);
-  return unary_op(UnaryOp::Reciprocal, x, "reciprocal", true, false, true,
+  return unary_op({.op = UnaryOp::Reciprocal, .name = "reciprocal", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return neg(mul(g, square(y))); });
 }
 Tensor exp(const Tensor& x) {
   if (auto in = dispatch::autocast("exp", x)) return exp((*in)[0]);
-  return unary_op(UnaryOp::Exp, x, "exp", true, false, true,
+  return unary_op({.op = UnaryOp::Exp, .name = "exp", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
   if (auto in = dispatch::autocast("log", x)) return log((*in)[0]);
-  return unary_op(UnaryOp::Log, x, "log", true, true, false,
+  return unary_op({.op = UnaryOp::Log, .name = "log", .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); });
 }
 Tensor log1p(const Tensor& x) {
   if (auto in = dispatch::autocast("log1p", x)) return log1p((*in)[0]);
-  return unary_op(UnaryOp::Log1p, x, "log1p", true, true, false,
+  return unary_op({.op = UnaryOp::Log1p, .name = "log1p", .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, add(x, 1.0)); });
 }
 Tensor tanh(const Tensor& x) {
-  return unary_op(UnaryOp::Tanh, x, "tanh", true, false, true,
+  return unary_op({.op = UnaryOp::Tanh, .name = "tanh", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::TanhBackward, g, cast_raw(y, g.dtype()));
                   });
 }
 Tensor sigmoid(const Tensor& x) {
-  return unary_op(UnaryOp::Sigmoid, x, "sigmoid", true, false, true,
+  return unary_op({.op = UnaryOp::Sigmoid, .name = "sigmoid", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::SigmoidBackward, g, cast_raw(y, g.dtype()));
                   });
 }
 Tensor relu(const Tensor& x) {
-  return unary_op(UnaryOp::Relu, x, "relu", false, false, true,
+  return unary_op({.op = UnaryOp::Relu, .name = "relu", .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::ReluBackward, g, cast_raw(y, g.dtype()));
                   });
@@ -345,14 +460,15 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   AG_CHECK(approximate == "none" || approximate == "tanh", "gelu",
            "approximate must be 'none' or 'tanh', got '", approximate, "'");
   const bool tanh_form = approximate == "tanh";
-  return unary_op(tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, x, "gelu", true, true, false,
-                  [tanh_form](const Tensor& g, const Tensor& x, const Tensor&) {
+  return unary_op({.op = tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, .name = "gelu", .float_only = true,
+                   .save_input = true},
+                  x, [tanh_form](const Tensor& g, const Tensor& x, const Tensor&) {
                     return binary_raw(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward,
                                       g, cast_raw(x, g.dtype()));
                   });
 }
 Tensor silu(const Tensor& x) {
-  return unary_op(UnaryOp::Silu, x, "silu", true, true, false,
+  return unary_op({.op = UnaryOp::Silu, .name = "silu", .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) {
                     return binary_raw(BinaryOp::SiluBackward, g, cast_raw(x, g.dtype()));
                   });
@@ -362,12 +478,10 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
   AG_CHECK(min || max, "clamp", "at least one of min and max must be given");
   const double lo = min ? min->to_double() : -INFINITY;
   const double hi = max ? max->to_double() : INFINITY;
-  return unary_op(UnaryOp::Clamp, x, "clamp", false, true, false,
+  return unary_op({.op = UnaryOp::Clamp, .name = "clamp", .save_input = true, .params = {lo, hi}}, x,
                   [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) {
-                    Tensor keep = logical_and(ge(x, lo), le(x, hi));
-                    return where(keep, g, zeros_like(g));
-                  },
-                  {lo, hi});
+                    return where(logical_and(ge(x, lo), le(x, hi)), g, 0.0);
+                  });
 }
 
 // ---- comparisons and selection ---------------------------------------------------------------
@@ -378,12 +492,12 @@ Tensor lt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::
 Tensor le(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Le, a, b, "le"); }
 Tensor gt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Gt, a, b, "gt"); }
 Tensor ge(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) { return eq(a, scalar_like(b, a)); }
-Tensor ne(const Tensor& a, Scalar b) { return ne(a, scalar_like(b, a)); }
-Tensor lt(const Tensor& a, Scalar b) { return lt(a, scalar_like(b, a)); }
-Tensor le(const Tensor& a, Scalar b) { return le(a, scalar_like(b, a)); }
-Tensor gt(const Tensor& a, Scalar b) { return gt(a, scalar_like(b, a)); }
-Tensor ge(const Tensor& a, Scalar b) { return ge(a, scalar_like(b, a)); }
+Tensor eq(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Eq, a, b, "eq"); }
+Tensor ne(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ne, a, b, "ne"); }
+Tensor lt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Lt, a, b, "lt"); }
+Tensor le(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Le, a, b, "le"); }
+Tensor gt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Gt, a, b, "gt"); }
+Tensor ge(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ge, a, b, "ge"); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
   return compare_forward(CompareOp::LogicalAnd, a, b, "logical_and");
 }
@@ -391,34 +505,87 @@ Tensor logical_or(const Tensor& a, const Tensor& b) {
   return compare_forward(CompareOp::LogicalOr, a, b, "logical_or");
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("where", a, b)) return where(cond, (*in)[0], (*in)[1]);
+namespace {
+
+// One value operand of where: a tensor, or (t null) a scalar.
+struct WhereArg {
+  WhereArg(const Tensor& tensor) : t(&tensor) {}  // NOLINT: implicit on purpose
+  WhereArg(Scalar scalar) : s(scalar) {}          // NOLINT
+  const Tensor* t = nullptr;
+  Scalar s;
+};
+
+// cond ? a : b over tensors and scalars, and its node. The dtype is where's promotion
+// (a scalar promotes as in binary ops) unless `dtype` is given (masked_fill keeps its
+// input's).
+Tensor where_op(const Tensor& cond, const WhereArg& a, const WhereArg& b,
+                std::optional<DType> dtype = std::nullopt) {
   detail::check_defined(cond, "where", "condition");
   AG_CHECK(cond.dtype() == kBool, "where", "the condition must be bool, got ", dtype_name(cond.dtype()));
-  detail::check_same_device(cond, a, "where");
-  detail::check_same_device(a, b, "where");
-  const DType dt = promote_types(a.dtype(), b.dtype());
-  const Shape shape =
-      broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
-  Tensor out = make_tensor(shape, dt, a.device());
-  backend(a.device(), "where").where(expand_raw(cond, shape), expand_raw(cast_raw(a, dt), shape),
-                                     expand_raw(cast_raw(b, dt), shape), out);
-  if (any_requires_grad({&a, &b}))
-    record("where", {a, b}, {out}, [sc = SavedTensor(cond)](const TensorList& g, GradMask need) -> TensorList {
-      Tensor zero = zeros_like(g[0]);
-      return {need[0] ? where(sc.get(), g[0], zero) : Tensor(),
-              need[1] ? where(sc.get(), zero, g[0]) : Tensor()};
-    });
+  if (a.t) detail::check_defined(*a.t, "where", "input");
+  if (b.t) detail::check_defined(*b.t, "where", "other");
+  const Tensor& first = a.t ? *a.t : *b.t;
+  Device device = first.device();
+  DType dt;
+  if (a.t && b.t) {
+    device = detail::common_device(*a.t, *b.t, "where");
+    dt = promote_types(a.t->dtype(), b.t->dtype());
+  } else {
+    dt = result_type(first.dtype(), a.t ? b.s : a.s);
+  }
+  if (dtype) dt = *dtype;
+  AG_CHECK(cond.device() == device, "where", "expected tensors on one device, got ", cond.device(),
+           " and ", device);
+  Shape shape = cond.sizes();
+  if (a.t) shape = broadcast_shapes(shape, a.t->sizes(), "where");
+  if (b.t) shape = broadcast_shapes(shape, b.t->sizes(), "where");
+  Tensor out = make_tensor(shape, dt, device);
+  Tensor ha, hb;
+  auto operand = [&](const WhereArg& x, Tensor& hold) {
+    return x.t ? operand_on(*x.t, device, dt, shape, hold) : Operand::scalar(x.s.to_double());
+  };
+  backend(device, "where").where(expand_raw(cond, shape), operand(a, ha), operand(b, hb), out);
+  // A tensor operand's gradient is g where it was picked, else 0; scalars have none.
+  TensorList inputs;
+  std::vector<bool> picked_when;  // per input: true for a (picked where cond holds)
+  if (a.t) inputs.push_back(*a.t), picked_when.push_back(true);
+  if (b.t) inputs.push_back(*b.t), picked_when.push_back(false);
+  if (any_requires_grad(inputs))
+    record("where", inputs, {out},
+           [sc = SavedTensor(cond), picked_when](const TensorList& g, GradMask need) -> TensorList {
+             TensorList grads;
+             for (size_t i = 0; i < picked_when.size(); ++i)
+               grads.push_back(!need[i]          ? Tensor()
+                               : picked_when[i] ? where(sc.get(), g[0], 0.0)
+                                                : where(sc.get(), 0.0, g[0]));
+             return grads;
+           });
   return out;
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, Scalar b) { return where(cond, a, scalar_like(b, a)); }
+}  // namespace
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (auto in = dispatch::autocast("where", a, b)) return where(cond, (*in)[0], (*in)[1]);
+  return where_op(cond, a, b);
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
+  if (auto in = dispatch::autocast("where", a)) return where(cond, (*in)[0], b);
+  return where_op(cond, a, b);
+}
+
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
+  if (auto in = dispatch::autocast("where", b)) return where(cond, a, (*in)[0]);
+  return where_op(cond, a, b);
+}
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
+  if (auto in = dispatch::autocast("where", x)) return masked_fill((*in)[0], mask, value);
   detail::check_defined(mask, "masked_fill", "mask");
   AG_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be bool, got ", dtype_name(mask.dtype()));
-  Tensor v = scalar_tensor(value, TensorOptions().dtype(x.dtype()).device(x.device()));
-  Tensor out = where(mask, v, x);
+  detail::check_defined(x, "masked_fill", "input");
+  Tensor out = where_op(mask, value, x, x.dtype());
   AG_CHECK(out.sizes() == x.sizes(), "masked_fill", "mask of shape ", mask.sizes(),
            " does not broadcast to the input's shape ", x.sizes());
   return out;

@@ -19,11 +19,7 @@
 
 namespace ampgrad {
 
-Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op);  // elementwise.cpp
-
 namespace {
-
-SavedTensor save_if(const Tensor& t, bool needed) { return needed ? SavedTensor(t) : SavedTensor(); }
 
 void check_operands(const Tensor& a, const Tensor& b) {
   detail::check_defined(a, "matmul", "the first operand");
@@ -99,7 +95,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
   }
   if (any_requires_grad({&a, &b}))
     record("matmul", {a, b}, {out},
-           [sa = save_if(a, b.requires_grad()), sb = save_if(b, a.requires_grad()),
+           [sa = detail::save_if(a, b.requires_grad()), sb = detail::save_if(b, a.requires_grad()),
             da = gradient_dtype(a), db = gradient_dtype(b)](const TensorList& g, GradMask need) -> TensorList {
              Tensor ga, gb;
              if (need[0]) ga = matmul_nd(g[0], transpose(sb.get(), -1, -2), da);
@@ -159,7 +155,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   backend(x.device(), "linear").linear(x2, weight, bias, out);
   if (any_requires_grad({&x2, &weight, &bias}))
     record("linear", {x2, weight, bias}, {out},
-           [sx = save_if(x2, weight.requires_grad()), sw = save_if(weight, x2.requires_grad()),
+           [sx = detail::save_if(x2, weight.requires_grad()), sw = detail::save_if(weight, x2.requires_grad()),
             dx = gradient_dtype(x2), dw = gradient_dtype(weight)](const TensorList& g, GradMask need) -> TensorList {
              Tensor gx, gw, gb;
              if (need[0]) gx = matmul_nd(g[0], sw.get(), dx);

@@ -58,7 +58,7 @@ Tensor check_class_target(const Tensor& input, const Tensor& target, int64_t ign
 std::pair<Tensor, Tensor> pick_negated(const Tensor& log_probs, const Tensor& target, int64_t ignore_index) {
   const int64_t cdim = log_probs.dim() == 1 ? 0 : 1;
   Tensor valid = ne(target, Scalar(ignore_index));
-  Tensor safe = where(valid, target, zeros_like(target));
+  Tensor safe = where(valid, target, 0);
   Tensor picked = squeeze(gather(log_probs, cdim, unsqueeze(safe, cdim)), cdim);
   return {where(valid, neg(picked), 0.0), valid};
 }

@@ -38,7 +38,7 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   AG_CHECK(p >= 0 && p <= 1, "dropout", "p must be in [0, 1], got ", p);
   if (!training || p == 0) return x;
   AG_CHECK(x.is_floating_point(), "dropout", "expected a floating input, got ", dtype_name(x.dtype()));
-  if (p == 1) return mul(x, zeros_like(x));  // all dropped; keeps the graph, gradient zero
+  if (p == 1) return mul(x, 0.0);  // all dropped; keeps the graph, gradient zero
   Tensor mask;
   {
     NoGradGuard no_grad;

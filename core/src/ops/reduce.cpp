@@ -98,7 +98,7 @@ void check_nonempty(const Tensor& x, const Shape& dims, const char* op) {
 Tensor evenly_distribute(const Tensor& g_k, const Tensor& x, const Tensor& out_k, const Shape& dims) {
   Tensor mask = eq(x, out_k);
   Tensor count = sum(mask, dims.vec(), true);
-  return where(mask, div(g_k, count.to(g_k.dtype())), zeros_like(g_k));
+  return where(mask, div(g_k, count.to(g_k.dtype())), 0.0);
 }
 
 Tensor extremum_all(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim, bool is_max,
@@ -147,7 +147,7 @@ std::pair<Tensor, Tensor> extremum_dim(const Tensor& x, int64_t dim0, bool keepd
              Tensor pos = arange(in[size_t(dim)], TensorOptions(kInt64).device(g[0].device())).view(pos_shape.vec());
              Tensor hit = eq(pos, unreduce(idx.get(), in, dims, keepdim));
              Tensor gk = unreduce(g[0], in, dims, keepdim);
-             return {where(hit, expand(gk, in.vec()), zeros_like(gk))};
+             return {where(hit, expand(gk, in.vec()), 0.0)};
            });
   }
   return {values, indices};
@@ -221,7 +221,7 @@ Tensor var_std(const Tensor& x, const std::vector<int64_t>& dims0, int64_t corre
              Tensor gk = unreduce(g[0], in, dims, keepdim);
              if (is_std) {  // d std = d var / (2 std); zero where std is zero, like PyTorch
                Tensor s = unreduce(so.get(), in, dims, keepdim);
-               gk = where(eq(s, 0.0), zeros_like(gk), div(gk, mul(s, 2.0)));
+               gk = where(eq(s, 0.0), 0.0, div(gk, mul(s, 2.0)));
              }
              return {var_backward(gk, sx.get(), dims, correction)};
            });
@@ -287,7 +287,7 @@ Tensor logsumexp(const Tensor& x0, const std::vector<int64_t>& dims0, bool keepd
                                                                           GradMask) -> TensorList {
              // g * softmax(x); a slice that is all -inf (out = -inf) gets zero, not NaN.
              Tensor ok = unreduce(so.get(), in, dims, keepdim);
-             Tensor safe = where(eq(ok, -INFINITY), zeros_like(ok), ok);
+             Tensor safe = where(eq(ok, -INFINITY), 0.0, ok);
              return {mul(unreduce(g[0], in, dims, keepdim), exp(sub(sx.get(), safe)))};
            });
   }
@@ -318,10 +318,10 @@ Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims0, bool k
                return {mul(sign(xv), evenly_distribute(gk, abs(xv), nk, dims))};
              // d/dx (sum |x|^p)^(1/p) = x |x|^(p-2) / norm^(p-1); zero at a zero norm
              Tensor zero = eq(nk, 0.0);
-             Tensor safe_n = where(zero, ones_like(nk), nk);
+             Tensor safe_n = where(zero, 1.0, nk);
              Tensor scaled = p == 2 ? div(xv, safe_n)
                                     : div(mul(xv, pow(abs(xv), p - 2)), pow(safe_n, p - 1));
-             return {where(zero, zeros_like(scaled), mul(gk, scaled))};
+             return {where(zero, 0.0, mul(gk, scaled))};
            });
   }
   return out;

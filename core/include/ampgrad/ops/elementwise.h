@@ -1,6 +1,13 @@
 // Elementwise ops with broadcasting and PyTorch's type promotion. Floating-only math on
 // integral tensors computes in the default floating dtype. float16/bfloat16 tensors are
 // stored as such and computed in float32.
+//
+// A C++ scalar operand (t * 2.0, gt(t, 0.5), where(mask, t, 0.0)) promotes as a Python
+// scalar does (result_type in scalar.h: it never widens a tensor of its own category) and
+// reaches the kernel by value: the op allocates its output and nothing else, and its
+// backward keeps the scalar by value. As in PyTorch, a 0-dim CPU tensor next to a tensor
+// of another device acts as a scalar (read on the host, where it is: no host sync); any
+// other mix of devices is an error.
 #pragma once
 
 #include <optional>
@@ -65,6 +72,8 @@ Tensor logical_or(const Tensor& a, const Tensor& b);
 /// cond ? a : b, broadcasting all three; a and b promote.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b);
+Tensor where(const Tensor& cond, Scalar a, const Tensor& b);
+/// x with value where mask holds; value is converted to x's dtype.
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value);
 
 /// A dtype conversion that autograd sees (its gradient converts back).
