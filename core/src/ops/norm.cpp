@@ -1,5 +1,5 @@
 // Softmax, log-softmax and layer norm: checks, the fused forward kernel, and a backward
-// through the backend's fused gradient kernel (these are hot paths; see design note 4).
+// through the backend's fused gradient kernel (these are hot paths: one pass each way).
 //
 // Softmax saves its output only (its gradient needs nothing else). Layer norm saves the
 // input, the weight, and the per-row float32 (float64 for float64) mean and rstd from the
