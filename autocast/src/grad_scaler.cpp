@@ -104,7 +104,7 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
     // 1 / scale in float64 on the device: exact for powers of two, else within 1 ulp.
     const Tensor inv_scale = reciprocal(scale_.to(dev));
     backend(dev, "GradScaler::unscale_").scale_and_check(grads, inv_scale, *flag);
-    for (const Tensor& g : grads) ++g.unsafe_impl()->storage->version;  // in-place writes, like every other
+    for (const Tensor& g : grads) detail::bump_version(g);  // in-place writes, like every other
   }
   // One flag on the scale's device for the optimizer's step and for update().
   st.any_inf = Tensor();
