@@ -291,7 +291,7 @@ Tensor host_values(const Tensor& t, const char* what);
 /// Records an in-place write to t's memory: bumps the version counter that t shares with
 /// every view of its storage, so that autograd refuses a saved tensor that changed. The one
 /// place the counter moves; code that writes a tensor in place outside the ops (through
-/// raw_data, or a backend entry such as amp_unscale_and_check) calls it.
+/// raw_data, or a backend entry such as scale_and_check) calls it.
 void bump_version(const Tensor& t);
 }  // namespace detail
 
