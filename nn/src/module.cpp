@@ -220,7 +220,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   const Tensor coef = clamp(reciprocal(total + 1e-6) * max_norm, std::nullopt, 1.0);
   for (auto& [dev, grads] : by_device) {
     backend(dev, "clip_grad_norm_").scale_and_check(grads, coef.to(dev), Tensor());
-    for (const Tensor& g : grads) ++g.unsafe_impl()->storage->version;  // in-place writes
+    for (const Tensor& g : grads) ampgrad::detail::bump_version(g);  // in-place writes
   }
   return total.reshape({});
 }
