@@ -27,7 +27,7 @@ void fill_random(const Tensor& out, const char* op, const Gen& gen) {
 // The largest value of T below x (and not below floor), for the rare draw that rounds up.
 template <class T>
 T below(double x, double floor) {
-  if constexpr (is_half_v<T>) {
+  if constexpr (is_float16_v<T>) {
     T t = cast<T>(x);
     while (cast<double>(t) >= x) {
       const uint16_t b = t.bits();
