@@ -109,12 +109,13 @@ void destroy_stream(Stream s) {
   AG_CHECK(current_stream(s.device()) != s, "destroy_stream", s, " is the current stream of this thread");
   const Device d = s.device();
   Backend& be = backend(d, "destroy_stream");
-  // The default stream waits for the stream's work, so that later frees of storages that
-  // remember it, which go to the default stream, come after that work.
-  void* ev = be.create_event(d.index, false);
-  be.record_event(ev, s);
-  be.stream_wait_event(Stream(d, 0), ev);
-  be.destroy_event(d.index, ev);
+  {
+    // The default stream waits for the stream's work, so that later frees of storages that
+    // remember it, which go to the default stream, come after that work.
+    Event done(d, false);
+    done.record(s);
+    done.wait(Stream(d, 0));
+  }
   void* handle = nullptr;
   {
     DeviceStreams& ds = streams_of(d);

@@ -12,16 +12,8 @@ using namespace ag;
 
 namespace {
 
-// How many host syncs f makes, and what made them.
-std::pair<uint64_t, std::vector<std::string>> syncs_of(const std::function<void()>& f) {
-  std::vector<std::string> what;
-  set_host_sync_observer([&](const char* w) { what.emplace_back(w); });
-  const uint64_t before = host_sync_count();
-  f();
-  const uint64_t n = host_sync_count() - before;
-  set_host_sync_observer({});
-  return {n, what};
-}
+using agt::host_syncs_of;
+using Syncs = std::vector<std::string>;
 
 const Storage& storage_of(const Tensor& t) { return *t.unsafe_impl()->storage; }
 
@@ -151,15 +143,15 @@ TEST(Stream, DestroyedStreamsStorageIsFreedOnTheDefaultStream) {
 
 TEST(Stream, SynchronizeCountsOneHostSync) {
   ScopedStream a;
-  EXPECT_EQ(syncs_of([] { synchronize(kCPU); }), (std::pair<uint64_t, std::vector<std::string>>{1, {"synchronize"}}));
-  EXPECT_EQ(syncs_of([&] { a.s.synchronize(); }).second, std::vector<std::string>{"Stream::synchronize"});
-  EXPECT_EQ(syncs_of([&] { (void)a.s.query(); (void)default_stream(kCPU).query(); }).first, 0u);
-  EXPECT_EQ(syncs_of([&] {
+  EXPECT_EQ(host_syncs_of([] { synchronize(kCPU); }), Syncs{"synchronize"});
+  EXPECT_EQ(host_syncs_of([&] { a.s.synchronize(); }), Syncs{"Stream::synchronize"});
+  EXPECT_EQ(host_syncs_of([&] { (void)a.s.query(); (void)default_stream(kCPU).query(); }), Syncs{});
+  EXPECT_EQ(host_syncs_of([&] {
               ScopedStream b;
               StreamGuard g(b.s);
               (void)current_stream(kCPU);
-            }).first,
-            0u);
+            }),
+            Syncs{});  // creating, guarding, destroying
 }
 
 // ---- events --------------------------------------------------------------------------------
@@ -170,7 +162,7 @@ TEST(Event, RecordWaitQueryCountNoSyncAndSynchronizeCountsOne) {
   EXPECT_EQ(e.device(), Device(kCPU));
   EXPECT_FALSE(e.recorded());
   EXPECT_TRUE(e.query());  // nothing recorded: nothing to wait for
-  const auto [n, what] = syncs_of([&] {
+  const Syncs none = host_syncs_of([&] {
     e.wait();  // unrecorded: nothing
     e.record();
     e.record(side.s);
@@ -178,11 +170,11 @@ TEST(Event, RecordWaitQueryCountNoSyncAndSynchronizeCountsOne) {
     e.wait(side.s);
     EXPECT_TRUE(e.query());
   });
-  EXPECT_EQ(n, 0u) << (what.empty() ? "" : what.front());
+  EXPECT_EQ(none, Syncs{});
   EXPECT_TRUE(e.recorded());
-  EXPECT_EQ(syncs_of([&] { e.synchronize(); }), (std::pair<uint64_t, std::vector<std::string>>{1, {"Event::synchronize"}}));
+  EXPECT_EQ(host_syncs_of([&] { e.synchronize(); }), Syncs{"Event::synchronize"});
   Event never;
-  EXPECT_EQ(syncs_of([&] { never.synchronize(); }).first, 1u);  // a sync point whether or not recorded
+  EXPECT_EQ(host_syncs_of([&] { never.synchronize(); }), Syncs{"Event::synchronize"});  // recorded or not
 
   // move-only: the handle moves with it
   Event moved = std::move(e);
@@ -381,12 +373,12 @@ TEST(PinMemory, CopiesIntoPinnedMemory) {
 
 TEST(PinMemory, NonBlockingCopyApiOnTheCpu) {
   Tensor p = arange(6, kFloat32).pin_memory();
-  const auto [n, what] = syncs_of([&] {
+  const Syncs none = host_syncs_of([&] {
     Tensor same = p.to(Device(kCPU), true);  // on its device already: itself
     EXPECT_TRUE(same.is_alias_of(p));
     EXPECT_TRUE(p.to(kCPU, false).is_alias_of(p));
   });
-  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(none, Syncs{});
   EXPECT_TRUE(storage_of(p).stream_uses.empty());  // no copy ran, nothing to hold
 }
 
