@@ -36,7 +36,7 @@ struct CompareFn;
 
 AG_UNARY_FN(Neg, false, return -x;)
 AG_UNARY_FN(Abs, false, if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(-x) : x;)
-AG_UNARY_FN(Sign, false, return A((A(0) < x) - (x < A(0)));)
+AG_UNARY_FN(Sign, false, if constexpr (std::is_unsigned_v<A>) return A(x != A(0)); else return A((A(0) < x) - (x < A(0)));)
 AG_UNARY_FN(Square, false, return x * x;)
 AG_UNARY_FN(Sqrt, true, return std::sqrt(x);)
 AG_UNARY_FN(Rsqrt, true, return A(1) / std::sqrt(x);)
@@ -47,7 +47,7 @@ AG_UNARY_FN(Log1p, true, return std::log1p(x);)
 AG_UNARY_FN(Tanh, true, return std::tanh(x);)
 AG_UNARY_FN(Sigmoid, true, return A(1) / (A(1) + std::exp(-x));)
 // x < 0 ? 0 : x keeps NaN, as PyTorch's relu does.
-AG_UNARY_FN(Relu, false, return x < A(0) ? A(0) : x;)
+AG_UNARY_FN(Relu, false, if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(0) : x;)
 AG_UNARY_FN(GeluErf, true, return A(0.5) * x * (A(1) + std::erf(x * A(0.70710678118654752440)));)
 AG_UNARY_FN(GeluTanh, true, {
   const A k = A(0.79788456080286535588);  // sqrt(2/pi)

@@ -60,6 +60,12 @@ uint64_t host_sync_count() { return g_host_syncs.load(std::memory_order_relaxed)
 
 void set_host_sync_observer(std::function<void(const char*)> observer) { t_sync_observer = std::move(observer); }
 
+namespace {
+std::atomic<bool> g_debug_sync{false};
+}  // namespace
+void set_debug_sync(bool on) { g_debug_sync.store(on, std::memory_order_relaxed); }
+bool debug_sync() { return g_debug_sync.load(std::memory_order_relaxed); }
+
 void detail::note_host_sync(const char* what) {
   g_host_syncs.fetch_add(1, std::memory_order_relaxed);
   if (t_sync_observer) t_sync_observer(what);

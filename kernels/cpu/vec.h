@@ -1,6 +1,6 @@
 // Typed element access for CPU kernels.
 //
-// cast<D>(s) converts between any two storage types (16-bit floats go through float).
+// cast<D>(s) (kernels/cast.h) converts between any two storage types.
 // load_acc/store_acc move a run of n elements between storage of type T (any byte stride)
 // and a buffer of its accumulation type; for float16/bfloat16 with unit stride they use
 // the bulk (F16C / AVX512-BF16) conversions, so half kernels compute on float chunks.
@@ -15,6 +15,7 @@
 
 #include "ampgrad/convert.h"
 #include "ampgrad/dtype.h"
+#include "cast.h"
 
 namespace ampgrad::cpu {
 
@@ -25,21 +26,7 @@ inline constexpr bool is_half_v = is_float16_v<T>;
 /// Elements per chunk when 16-bit floats are widened to float for computation.
 inline constexpr int64_t kChunk = 256;
 
-template <class D, class S>
-inline D cast(S s) {
-  if constexpr (std::is_same_v<D, S>) {
-    return s;
-  } else if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (is_float16_v<S>) return float(s) != 0.0f;
-    else return s != S(0);
-  } else if constexpr (is_float16_v<S>) {
-    return cast<D>(float(s));
-  } else if constexpr (is_float16_v<D>) {
-    return D(float(s));
-  } else {
-    return static_cast<D>(s);
-  }
-}
+using kernels::cast;
 
 template <class T, class A = acc_type_t<T>>
 inline void load_acc(const char* p, int64_t stride, A* dst, int64_t n) {

@@ -1,37 +1,36 @@
-// The CUDA backend. So far it holds memory (stream-ordered pools: cudaMallocAsync and
-// cudaFreeAsync on the storage's stream; pinned host memory from cudaHostAlloc), moves
-// bytes between host and device on the current stream, and implements streams
-// (non-blocking cudaStream_t) and events (cudaEvent_t); the kernel families arrive with the
-// CUDA backend issue, and until then every other entry point inherits the default that
-// names the op and says it is not implemented on cuda. Every CUDA runtime call that can
-// fail for the caller goes through AG_CUDA_CHECK, which names the failing call; frees never
-// throw (they run in destructors).
-#include <cuda_runtime.h>
-
+// The CUDA backend's memory, streams, events and errors: stream-ordered pools
+// (cudaMallocAsync and cudaFreeAsync on the storage's stream, a release threshold that
+// keeps freed memory for reuse, so a steady-state step calls neither cudaMalloc nor
+// cudaFree), pinned host memory (cudaHostAlloc), copies on the current stream,
+// non-blocking cudaStream_t streams and cudaEvent_t events. Every host wait here then reads
+// the device error slot, so an index error found by a kernel surfaces as an ag::Error at
+// the next counted sync. Frees never throw (they run in destructors).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 
-#include "ampgrad/backend.h"
 #include "ampgrad/hw/profile.h"
+#include "ampgrad/sync.h"
+#include "cuda/common.cuh"
+#include "cuda/cuda_backend.h"
 
-#define AG_CUDA_CHECK(op, call)                                                   \
-  do {                                                                            \
-    const cudaError_t err_ = (call);                                              \
-    if (err_ != cudaSuccess)                                                      \
-      AG_ERROR(op, #call " failed: ", cudaGetErrorString(err_));                  \
-  } while (0)
-
-namespace ampgrad {
+namespace ampgrad::cuda {
 namespace {
 
-int device_count() {
+int count_devices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error
     return 0;
   }
   return n;
+}
+
+void check_device(int index, const char* op) {
+  const int n = count_devices();
+  AG_CHECK(n > 0, op, "no CUDA device is available (this build has CUDA, the machine has no GPU or driver)");
+  AG_CHECK(index >= 0 && index < n, op, "CUDA device ", index, " does not exist (", n, " found)");
 }
 
 // cudaMallocAsync's pool returns freed memory to the system at every synchronize unless its
@@ -50,144 +49,263 @@ void keep_pool_memory(int device_index) {
 }
 
 cudaStream_t native(Stream s) { return static_cast<cudaStream_t>(stream_handle(s)); }
-cudaEvent_t native(void* event) { return static_cast<cudaEvent_t>(event); }
 
-class CudaBackend final : public Backend {
- public:
-  DeviceType device_type() const override { return DeviceType::CUDA; }
-  int device_count() override { return ampgrad::device_count(); }
-
-  // ---- memory: stream-ordered (cudaMallocAsync / cudaFreeAsync on the storage's stream) ----
-  Allocation allocate(size_t nbytes, Stream stream) override {
-    const int index = stream.device().index;
-    check_device(index, "allocate");
-    AG_CUDA_CHECK("allocate", cudaSetDevice(index));
-    keep_pool_memory(index);
-    void* p = nullptr;
-    AG_CUDA_CHECK("allocate", cudaMallocAsync(&p, nbytes ? nbytes : 1, native(stream)));
-    return {p, false};
-  }
-  void deallocate(void* p, size_t, Stream stream) override {
-    if (!p) return;
-    cudaSetDevice(stream.device().index);
-    if (cudaFreeAsync(p, native(stream)) != cudaSuccess) cudaGetLastError();  // never throws from a destructor path
-  }
-  Allocation allocate_pinned(size_t nbytes) override {
-    void* p = nullptr;
-    AG_CUDA_CHECK("pin_memory", cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable));
-    return {p, false};
-  }
-  void deallocate_pinned(void* p, size_t) override {
-    if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
-  }
-  size_t cached_bytes(int device_index) override {
-    if (device_index < 0 || device_index >= ampgrad::device_count()) return 0;
-    cudaMemPool_t pool;
-    uint64_t reserved = 0, used = 0;
-    if (cudaDeviceGetDefaultMemPool(&pool, device_index) != cudaSuccess ||
-        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
-        cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    return size_t(reserved - std::min(used, reserved));
-  }
-  void empty_cache(int device_index) override {
-    check_device(device_index, "empty_cache");
-    cudaMemPool_t pool;
-    AG_CUDA_CHECK("empty_cache", cudaDeviceGetDefaultMemPool(&pool, device_index));
-    AG_CUDA_CHECK("empty_cache", cudaMemPoolTrimTo(pool, 0));
-  }
-  void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n, Stream stream,
-                  bool non_blocking) override {
-    const cudaMemcpyKind kind = dst_device.is_cuda() && src_device.is_cuda() ? cudaMemcpyDeviceToDevice
-                                : dst_device.is_cuda()                       ? cudaMemcpyHostToDevice
-                                                                             : cudaMemcpyDeviceToHost;
-    AG_CUDA_CHECK("copy", cudaSetDevice(stream.device().index));
-    AG_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, n, kind, native(stream)));
-    if (!non_blocking) AG_CUDA_CHECK("copy", cudaStreamSynchronize(native(stream)));
-  }
-
-  // ---- streams and events -----------------------------------------------------------------
-  void* create_stream(int device_index) override {
-    check_device(device_index, "create_stream");
-    AG_CUDA_CHECK("create_stream", cudaSetDevice(device_index));
-    cudaStream_t s = nullptr;
-    // Non-blocking: work on it does not wait for the legacy default stream, nor it for this.
-    AG_CUDA_CHECK("create_stream", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }
-  void destroy_stream(int device_index, void* handle) override {
-    AG_CUDA_CHECK("destroy_stream", cudaSetDevice(device_index));
-    // Work still queued on it runs; the driver releases the stream afterwards.
-    AG_CUDA_CHECK("destroy_stream", cudaStreamDestroy(static_cast<cudaStream_t>(handle)));
-  }
-  void synchronize_stream(Stream s) override {
-    AG_CUDA_CHECK("Stream::synchronize", cudaSetDevice(s.device().index));
-    AG_CUDA_CHECK("Stream::synchronize", cudaStreamSynchronize(native(s)));
-  }
-  bool query_stream(Stream s) override {
-    AG_CUDA_CHECK("Stream::query", cudaSetDevice(s.device().index));
-    return ready("Stream::query", cudaStreamQuery(native(s)));
-  }
-  void synchronize_device(int device_index) override {
-    check_device(device_index, "synchronize");
-    AG_CUDA_CHECK("synchronize", cudaSetDevice(device_index));
-    AG_CUDA_CHECK("synchronize", cudaDeviceSynchronize());
-  }
-  void* create_event(int device_index, bool enable_timing) override {
-    check_device(device_index, "Event");
-    AG_CUDA_CHECK("Event", cudaSetDevice(device_index));
-    cudaEvent_t e = nullptr;
-    AG_CUDA_CHECK("Event", cudaEventCreateWithFlags(&e, enable_timing ? cudaEventDefault : cudaEventDisableTiming));
-    return e;
-  }
-  void destroy_event(int device_index, void* event) override {
-    cudaSetDevice(device_index);
-    if (cudaEventDestroy(native(event)) != cudaSuccess) cudaGetLastError();  // called from destructors
-  }
-  void record_event(void* event, Stream s) override {
-    AG_CUDA_CHECK("Event::record", cudaSetDevice(s.device().index));
-    AG_CUDA_CHECK("Event::record", cudaEventRecord(native(event), native(s)));
-  }
-  void stream_wait_event(Stream s, void* event) override {
-    AG_CUDA_CHECK("Event::wait", cudaSetDevice(s.device().index));
-    AG_CUDA_CHECK("Event::wait", cudaStreamWaitEvent(native(s), native(event), 0));
-  }
-  void synchronize_event(void* event) override {
-    AG_CUDA_CHECK("Event::synchronize", cudaEventSynchronize(native(event)));
-  }
-  bool query_event(void* event) override { return ready("Event::query", cudaEventQuery(native(event))); }
-  double event_elapsed_ms(void* start, void* end) override {
-    float ms = 0;
-    AG_CUDA_CHECK("Event::elapsed_time", cudaEventElapsedTime(&ms, native(start), native(end)));
-    return double(ms);
-  }
-
- private:
-  static void check_device(int index, const char* op) {
-    const int n = ampgrad::device_count();
-    AG_CHECK(n > 0, op, "no CUDA device is available (this build has CUDA, the machine has no GPU or driver)");
-    AG_CHECK(index >= 0 && index < n, op, "CUDA device ", index, " does not exist (", n, " found)");
-  }
-  // cudaSuccess: done; cudaErrorNotReady: still running (and not a sticky error to keep).
-  static bool ready(const char* op, cudaError_t err) {
-    if (err == cudaErrorNotReady) {
-      cudaGetLastError();
-      return false;
-    }
-    AG_CHECK(err == cudaSuccess, op, "failed: ", cudaGetErrorString(err));
-    return true;
-  }
+// An event with the device it belongs to, so that a wait on it knows whose errors to read.
+struct EventBox {
+  cudaEvent_t event;
+  int device;
 };
+EventBox* box(void* e) { return static_cast<EventBox*>(e); }
+
+// cudaSuccess: done; cudaErrorNotReady: still running (and not a sticky error to keep).
+bool ready(const char* op, cudaError_t err) {
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  AG_CHECK(err == cudaSuccess, op, "failed: ", cudaGetErrorString(err));
+  return true;
+}
+
+constexpr int kMaxDevices = 64;
 
 }  // namespace
 
-Backend& cuda_backend(const char* op) {
+// ---- errors --------------------------------------------------------------------------------
+const char* status_string(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "unknown cuBLAS status";
+  }
+}
+const char* status_string(cudnnStatus_t s) { return cudnnGetErrorString(s); }
+
+const char* error_op_name(int code) {
+  switch (code) {
+    case kErrIndexSelect: return "index_select";
+    case kErrIndexAdd: return "index_add";
+    case kErrGather: return "gather";
+    case kErrScatterAdd: return "scatter_add";
+    case kErrEmbedding: return "embedding";
+    case kErrCrossEntropy: return "cross_entropy";
+    default: return "cuda";
+  }
+}
+
+namespace {
+// Devices whose error slot a kernel was given; only those can hold an error.
+std::atomic<uint64_t> g_slots_in_use{0};
+
+DeviceError* slot_storage(int device_index) {
+  static std::mutex mu;
+  static DeviceError* slots[kMaxDevices] = {};
+  AG_CHECK(device_index >= 0 && device_index < kMaxDevices, "cuda", "device index ", device_index, " out of range");
+  std::lock_guard<std::mutex> lock(mu);
+  DeviceError*& s = slots[device_index];
+  if (!s) {
+    DeviceGuard guard(device_index, "cuda");
+    AG_CUDA_CHECK("cuda", cudaMalloc(&s, sizeof(DeviceError)));
+    AG_CUDA_CHECK("cuda", cudaMemset(s, 0, sizeof(DeviceError)));
+  }
+  return s;
+}
+}  // namespace
+
+DeviceError* error_slot(int device_index) {
+  DeviceError* s = slot_storage(device_index);
+  g_slots_in_use.fetch_or(uint64_t(1) << device_index, std::memory_order_relaxed);
+  return s;
+}
+
+void raise_device_errors(int device_index) {
+  if (device_index < 0 || device_index >= kMaxDevices) return;
+  // Only a slot a kernel was given can hold an error (error_slot marks it).
+  if (!(g_slots_in_use.load(std::memory_order_relaxed) & (uint64_t(1) << device_index))) return;
+  DeviceError* slot = slot_storage(device_index);
+  DeviceError e{};
+  DeviceGuard guard(device_index, "cuda");
+  AG_CUDA_CHECK("cuda", cudaMemcpy(&e, slot, sizeof e, cudaMemcpyDeviceToHost));
+  if (e.code == 0) return;
+  AG_CUDA_CHECK("cuda", cudaMemset(slot, 0, sizeof(DeviceError)));
+  AG_ERROR(error_op_name(e.code), "index ", e.value, " is out of range for a dimension of size ", e.bound,
+           " (found on cuda:", device_index, ")");
+}
+
+void check_launch(const char* op, int device_index) {
+  AG_CUDA_CHECK(op, cudaGetLastError());
+  if (debug_sync()) {
+    AG_CUDA_CHECK(op, cudaStreamSynchronize(stream_of(Device(kCUDA, device_index))));
+    raise_device_errors(device_index);
+  }
+}
+
+DeviceGuard::DeviceGuard(int index, const char* op) {
+  int current = -1;
+  AG_CUDA_CHECK(op, cudaGetDevice(&current));
+  if (current != index) {
+    AG_CUDA_CHECK(op, cudaSetDevice(index));
+    previous_ = current;
+  }
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+// ---- memory -----------------------------------------------------------------------------------
+int CudaBackend::device_count() { return count_devices(); }
+
+Backend::Allocation CudaBackend::allocate(size_t nbytes, Stream stream) {
+  const int index = stream.device().index;
+  check_device(index, "allocate");
+  DeviceGuard guard(index, "allocate");
+  keep_pool_memory(index);
+  void* p = nullptr;
+  AG_CUDA_CHECK("allocate", cudaMallocAsync(&p, nbytes ? nbytes : 1, native(stream)));
+  return {p, false};
+}
+
+void CudaBackend::deallocate(void* p, size_t, Stream stream) {
+  if (!p) return;
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) current = -1;
+  if (current != stream.device().index) cudaSetDevice(stream.device().index);
+  if (cudaFreeAsync(p, native(stream)) != cudaSuccess) cudaGetLastError();  // never throws from a destructor path
+  if (current >= 0 && current != stream.device().index) cudaSetDevice(current);
+}
+
+Backend::Allocation CudaBackend::allocate_pinned(size_t nbytes) {
+  void* p = nullptr;
+  AG_CUDA_CHECK("pin_memory", cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable));
+  return {p, false};
+}
+
+void CudaBackend::deallocate_pinned(void* p, size_t) {
+  if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+
+size_t CudaBackend::cached_bytes(int device_index) {
+  if (device_index < 0 || device_index >= count_devices()) return 0;
+  cudaMemPool_t pool;
+  uint64_t reserved = 0, used = 0;
+  if (cudaDeviceGetDefaultMemPool(&pool, device_index) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return size_t(reserved - std::min(used, reserved));
+}
+
+void CudaBackend::empty_cache(int device_index) {
+  check_device(device_index, "empty_cache");
+  cudaMemPool_t pool;
+  AG_CUDA_CHECK("empty_cache", cudaDeviceGetDefaultMemPool(&pool, device_index));
+  AG_CUDA_CHECK("empty_cache", cudaMemPoolTrimTo(pool, 0));
+}
+
+void CudaBackend::copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n,
+                             Stream stream, bool non_blocking) {
+  const cudaMemcpyKind kind = dst_device.is_cuda() && src_device.is_cuda() ? cudaMemcpyDeviceToDevice
+                              : dst_device.is_cuda()                       ? cudaMemcpyHostToDevice
+                                                                           : cudaMemcpyDeviceToHost;
+  const int index = stream.device().index;
+  DeviceGuard guard(index, "copy");
+  AG_CUDA_CHECK("copy", cudaMemcpyAsync(dst, src, n, kind, native(stream)));
+  if (!non_blocking) {
+    AG_CUDA_CHECK("copy", cudaStreamSynchronize(native(stream)));
+    raise_device_errors(index);
+  }
+}
+
+// ---- streams and events ----------------------------------------------------------------------
+void* CudaBackend::create_stream(int device_index) {
+  check_device(device_index, "create_stream");
+  DeviceGuard guard(device_index, "create_stream");
+  cudaStream_t s = nullptr;
+  // Non-blocking: work on it does not wait for the legacy default stream, nor it for this.
+  AG_CUDA_CHECK("create_stream", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void CudaBackend::destroy_stream(int device_index, void* handle) {
+  DeviceGuard guard(device_index, "destroy_stream");
+  // Work still queued on it runs; the driver releases the stream afterwards.
+  AG_CUDA_CHECK("destroy_stream", cudaStreamDestroy(static_cast<cudaStream_t>(handle)));
+}
+
+void CudaBackend::synchronize_stream(Stream s) {
+  DeviceGuard guard(s.device().index, "Stream::synchronize");
+  AG_CUDA_CHECK("Stream::synchronize", cudaStreamSynchronize(native(s)));
+  raise_device_errors(s.device().index);
+}
+
+bool CudaBackend::query_stream(Stream s) {
+  DeviceGuard guard(s.device().index, "Stream::query");
+  return ready("Stream::query", cudaStreamQuery(native(s)));
+}
+
+void CudaBackend::synchronize_device(int device_index) {
+  check_device(device_index, "synchronize");
+  DeviceGuard guard(device_index, "synchronize");
+  AG_CUDA_CHECK("synchronize", cudaDeviceSynchronize());
+  raise_device_errors(device_index);
+}
+
+void* CudaBackend::create_event(int device_index, bool enable_timing) {
+  check_device(device_index, "Event");
+  DeviceGuard guard(device_index, "Event");
+  cudaEvent_t e = nullptr;
+  AG_CUDA_CHECK("Event", cudaEventCreateWithFlags(&e, enable_timing ? cudaEventDefault : cudaEventDisableTiming));
+  return new EventBox{e, device_index};
+}
+
+void CudaBackend::destroy_event(int, void* event) {
+  if (!event) return;
+  if (cudaEventDestroy(box(event)->event) != cudaSuccess) cudaGetLastError();  // called from destructors
+  delete box(event);
+}
+
+void CudaBackend::record_event(void* event, Stream s) {
+  DeviceGuard guard(s.device().index, "Event::record");
+  AG_CUDA_CHECK("Event::record", cudaEventRecord(box(event)->event, native(s)));
+}
+
+void CudaBackend::stream_wait_event(Stream s, void* event) {
+  DeviceGuard guard(s.device().index, "Event::wait");
+  AG_CUDA_CHECK("Event::wait", cudaStreamWaitEvent(native(s), box(event)->event, 0));
+}
+
+void CudaBackend::synchronize_event(void* event) {
+  AG_CUDA_CHECK("Event::synchronize", cudaEventSynchronize(box(event)->event));
+  raise_device_errors(box(event)->device);
+}
+
+bool CudaBackend::query_event(void* event) { return ready("Event::query", cudaEventQuery(box(event)->event)); }
+
+double CudaBackend::event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  AG_CUDA_CHECK("Event::elapsed_time", cudaEventElapsedTime(&ms, box(start)->event, box(end)->event));
+  return double(ms);
+}
+
+CudaBackend& backend_instance() {
   static CudaBackend* b = new CudaBackend();
-  (void)op;
   return *b;
 }
+
+}  // namespace ampgrad::cuda
+
+namespace ampgrad {
+
+Backend& cuda_backend(const char*) { return cuda::backend_instance(); }
 
 bool built_with_cuda() { return true; }
 
@@ -196,7 +314,7 @@ namespace hw::detail {
 // gives an empty list, never an exception, and the sticky error is cleared.
 std::vector<CudaDevice> query_cuda_devices() {
   std::vector<CudaDevice> out;
-  const int n = device_count();
+  const int n = cuda::count_devices();
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {

@@ -25,6 +25,13 @@ uint64_t host_sync_count();
 /// the sync a test counted.
 void set_host_sync_observer(std::function<void(const char* what)> observer);
 
+/// With debug sync on, an accelerator waits after every kernel and reports its errors (an
+/// index out of range found on the device, a failed launch) at the op that caused them,
+/// rather than at the next host sync. Slow; for finding a bug. Off by default. The waits
+/// are not counted as host syncs.
+void set_debug_sync(bool on);
+bool debug_sync();
+
 namespace detail {
 /// Counts one host sync; `what` names the reason. The one place a sync is counted.
 void note_host_sync(const char* what);
