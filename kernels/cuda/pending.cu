@@ -32,10 +32,5 @@ void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& 
 void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log, const Tensor& grad_in) { Backend::softmax_backward(grad_out, y, dim, log, grad_in); }
 void CudaBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) { Backend::layer_norm(x, inner, weight, bias, eps, y, mean, rstd); }
 void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& weight, const Tensor& grad_in, const Tensor& grad_w, const Tensor& grad_b) { Backend::layer_norm_backward(grad_out, x, mean, rstd, weight, grad_in, grad_w, grad_b); }
-void CudaBackend::sgd_step(const OptimizerLists& lists, const SgdParams& p) { Backend::sgd_step(lists, p); }
-void CudaBackend::adam_step(const OptimizerLists& lists, const AdamParams& p) { Backend::adam_step(lists, p); }
-void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, const Tensor& found_inf) { Backend::scale_and_check(xs, factor, found_inf); }
-void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) { Backend::sum_of_squares(xs, out); }
-void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, const ScaleUpdateRule& rule) { Backend::update_scale(scale, growth_tracker, found_inf, rule); }
 
 }  // namespace ampgrad::cuda

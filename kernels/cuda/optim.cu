@@ -1,0 +1,480 @@
+// Multi-tensor kernels of the contract on CUDA: the fused SGD and Adam/AdamW steps, the
+// grad scaler's unscale-and-check and scale update, and the sum of squares of gradient
+// clipping. Nothing here reads a value back to the host: found_inf, the learning rate, the
+// scale and the step counters are device tensors that the kernels read and write.
+//
+// A list of tensors is cut into chunks of kChunk elements; one launch covers up to
+// kMaxTensors tensors and kMaxBlocks chunks, described in a kernel argument (TensorChunks),
+// as PyTorch's multi_tensor_apply does. A step over the GPT's ~50 parameters is a handful
+// of launches, not one per parameter. The update rules are those of kernels/cpu/optim.cpp
+// and amp.cpp, in the same order of operations, in float32 (float64 for float64).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ampgrad/factories.h"
+#include "cuda/common.cuh"
+#include "cuda/cuda_backend.h"
+
+namespace ampgrad::cuda {
+namespace {
+
+constexpr int kMaxTensors = 36;
+constexpr int kMaxBlocks = 320;
+constexpr int64_t kChunk = 65536;
+constexpr int kOptThreads = 512;
+
+// Up to kDepth pointers per tensor (parameter, gradient, states, master), the tensor's
+// element count and step counter, and which (tensor, chunk) each block works on.
+template <int kDepth>
+struct TensorChunks {
+  void* ptr[kDepth][kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int64_t* step[kMaxTensors];
+  unsigned char block_tensor[kMaxBlocks];
+  int block_chunk[kMaxBlocks];
+};
+
+// Calls launch(meta, blocks) for successive packs of the tensors' chunks. ptrs(k, d) gives
+// pointer d of tensor k (null where a tensor has no such state).
+template <int kDepth, class Ptrs, class Launch>
+void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vector<int64_t*>& steps, const Ptrs& ptrs,
+                   const Launch& launch) {
+  TensorChunks<kDepth> meta{};
+  int nt = 0, nb = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t numel = numels[k];
+    if (numel == 0) continue;
+    for (int d = 0; d < kDepth; ++d) meta.ptr[d][nt] = ptrs(k, d);
+    meta.numel[nt] = numel;
+    meta.step[nt] = steps.empty() ? nullptr : steps[k];
+    const int64_t chunks = (numel + kChunk - 1) / kChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      meta.block_tensor[nb] = (unsigned char)nt;
+      meta.block_chunk[nb] = int(c);
+      ++nb;
+      const bool last_chunk = c == chunks - 1;
+      if (nb == kMaxBlocks || (last_chunk && nt + 1 == kMaxTensors)) {
+        launch(meta, nb);
+        nb = 0;
+        if (last_chunk) {
+          nt = -1;  // the next tensor starts a fresh pack
+        } else {    // the rest of this tensor's chunks continue in a fresh pack
+          for (int d = 0; d < kDepth; ++d) meta.ptr[d][0] = meta.ptr[d][nt];
+          meta.numel[0] = meta.numel[nt];
+          meta.step[0] = meta.step[nt];
+          nt = 0;
+        }
+      }
+    }
+    ++nt;
+  }
+  if (nb > 0) launch(meta, nb);
+}
+
+// The value of a one-element float32 or float64 device tensor.
+struct DeviceScalar {
+  const void* p = nullptr;
+  bool is_double = false;
+  double host = 0;  // used when p is null
+  __device__ double get() const {
+    if (!p) return host;
+    return is_double ? *static_cast<const double*>(p) : double(*static_cast<const float*>(p));
+  }
+};
+
+DeviceScalar device_scalar(const Tensor& t, double host, const char* op, const char* what) {
+  DeviceScalar s;
+  s.host = host;
+  if (!t.defined()) return s;
+  AG_CHECK(t.numel() == 1 && (t.dtype() == kFloat64 || t.dtype() == kFloat32), op, what,
+           " must be a float64 or float32 tensor of one element");
+  AG_CHECK(t.device().is_cuda(), op, what, " must be on the parameters' device, got ", t.device());
+  s.p = t.raw_data();
+  s.is_double = t.dtype() == kFloat64;
+  return s;
+}
+
+const float* flag_ptr(const Tensor& f, const char* op) {
+  if (!f.defined()) return nullptr;
+  AG_CHECK(f.dtype() == kFloat32 && f.numel() == 1, op, "found_inf must be a float32 tensor of one element, got ",
+           dtype_name(f.dtype()), " with ", f.numel(), " elements");
+  return static_cast<const float*>(f.raw_data());
+}
+
+// ---- optimizers ----------------------------------------------------------------------------
+struct SgdArgs {
+  DeviceScalar lr;
+  const float* found_inf;
+  float momentum, damp, wd;  // damp = 1 - dampening
+  bool nesterov;
+};
+
+// ptr: 0 param (T), 1 grad (T), 2 momentum buffer (float, may be null), 3 master (float, may be null).
+template <class T>
+__global__ void sgd_kernel(TensorChunks<4> m, SgdArgs a) {
+  if (a.found_inf && *a.found_inf != 0.0f) return;
+  using A = dacc_t<T>;
+  const int k = m.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(begin + kChunk, m.numel[k]);
+  T* p = static_cast<T*>(m.ptr[0][k]);
+  const T* g = static_cast<const T*>(m.ptr[1][k]);
+  float* buf = static_cast<float*>(m.ptr[2][k]);
+  float* master = static_cast<float*>(m.ptr[3][k]);
+  const bool first = *m.step[k] == 0;
+  const A lr = A(a.lr.get()), mom = A(a.momentum), damp = A(a.damp), wd = A(a.wd);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    A w = master ? A(master[i]) : convert<A>(p[i]);
+    A d = convert<A>(g[i]) + wd * w;
+    if (buf) {
+      const A v = first ? d : mom * A(buf[i]) + damp * d;
+      buf[i] = float(v);
+      d = a.nesterov ? d + mom * v : v;
+    }
+    w -= lr * d;
+    if (master) master[i] = float(w);
+    p[i] = convert<T>(w);
+  }
+}
+
+struct AdamArgs {
+  DeviceScalar lr;
+  const float* found_inf;
+  double beta1, beta2, eps, weight_decay;
+  bool decoupled;
+};
+
+// ptr: 0 param, 1 grad, 2 exp_avg (float), 3 exp_avg_sq (float), 4 master (float, may be null).
+template <class T>
+__global__ void adam_kernel(TensorChunks<5> m, AdamArgs a) {
+  if (a.found_inf && *a.found_inf != 0.0f) return;
+  using A = dacc_t<T>;
+  const int k = m.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(begin + kChunk, m.numel[k]);
+  T* p = static_cast<T*>(m.ptr[0][k]);
+  const T* g = static_cast<const T*>(m.ptr[1][k]);
+  float* m1 = static_cast<float*>(m.ptr[2][k]);
+  float* m2 = static_cast<float*>(m.ptr[3][k]);
+  float* mw = static_cast<float*>(m.ptr[4][k]);
+  // The bias corrections at this parameter's 1-based step, in double as on the CPU.
+  const double t = double(*m.step[k] + 1);
+  const double lr = a.lr.get();
+  const A b1 = A(a.beta1), b2 = A(a.beta2), eps = A(a.eps);
+  const A omb1 = A(1 - a.beta1), omb2 = A(1 - a.beta2);
+  const A bc1 = A(1 - pow(a.beta1, t)), bc2_sqrt = A(sqrt(1 - pow(a.beta2, t)));
+  const A step_size = A(lr) / bc1;
+  const A decay = a.decoupled ? A(1 - lr * a.weight_decay) : A(1);
+  const A l2 = a.decoupled ? A(0) : A(a.weight_decay);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    A w = mw ? A(mw[i]) : convert<A>(p[i]);
+    const A gi = convert<A>(g[i]) + l2 * w;
+    w *= decay;
+    const A av = b1 * A(m1[i]) + omb1 * gi;
+    const A vv = b2 * A(m2[i]) + omb2 * gi * gi;
+    m1[i] = float(av);
+    m2[i] = float(vv);
+    w -= step_size * av / (sqrt(vv) / bc2_sqrt + eps);
+    if (mw) mw[i] = float(w);
+    p[i] = convert<T>(w);
+  }
+}
+
+// Advances every listed step counter, unless the step was skipped. Runs after the update
+// on the same stream, so the update read the old counts.
+struct StepCounters {
+  int64_t* step[kMaxTensors];
+  int n;
+};
+__global__ void advance_steps(StepCounters s, const float* found_inf) {
+  if (found_inf && *found_inf != 0.0f) return;
+  const int i = int(threadIdx.x);
+  if (i < s.n) ++*s.step[i];
+}
+
+void check_lists(const OptimizerLists& l, const char* op, bool two_moments) {
+  const size_t n = l.params.size();
+  AG_CHECK(l.grads.size() == n && l.steps.size() == n && l.masters.size() == n &&
+               (l.buf1.empty() || l.buf1.size() == n) && (l.buf2.empty() || l.buf2.size() == n),
+           op, "parameter, gradient, state and step lists differ in length (", n, " parameters)");
+  if (two_moments)
+    AG_CHECK(l.buf1.size() == n && l.buf2.size() == n, op, "expected both moment lists");
+  for (size_t k = 0; k < n; ++k) {
+    AG_CHECK(l.params[k].device().is_cuda() && l.params[k].device() == l.params[0].device(), op,
+             "parameters must share one CUDA device, got ", l.params[k].device(), " and ", l.params[0].device());
+    AG_CHECK(l.params[k].is_contiguous() && l.grads[k].is_contiguous() && l.grads[k].dtype() == l.params[k].dtype(),
+             op, "parameter ", k, " and its gradient must be contiguous and of one dtype");
+    AG_CHECK(l.steps[k].dtype() == kInt64 && l.steps[k].numel() == 1, op, "step counter ", k,
+             " must be an int64 tensor of one element");
+  }
+}
+
+template <class T>
+T* ptr_or_null(const TensorList& list, size_t k) {
+  return list.empty() || !list[k].defined() ? nullptr : static_cast<T*>(list[k].raw_data());
+}
+
+void advance_all(const OptimizerLists& l, const float* found_inf, cudaStream_t stream, const char* op, int dev) {
+  StepCounters s{};
+  for (size_t k = 0; k < l.steps.size(); ++k) {
+    s.step[s.n++] = static_cast<int64_t*>(l.steps[k].raw_data());
+    if (s.n == kMaxTensors || k + 1 == l.steps.size()) {
+      advance_steps<<<1, kMaxTensors, 0, stream>>>(s, found_inf);
+      check_launch(op, dev);
+      s.n = 0;
+    }
+  }
+}
+
+// Indices of the parameters of each dtype (a group normally has one).
+std::vector<std::pair<DType, std::vector<size_t>>> by_dtype(const TensorList& params) {
+  std::vector<std::pair<DType, std::vector<size_t>>> groups;
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == params[k].dtype(); });
+    if (it == groups.end()) groups.push_back({params[k].dtype(), {k}});
+    else it->second.push_back(k);
+  }
+  return groups;
+}
+
+}  // namespace
+
+void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
+  constexpr const char* kOp = "SGD";
+  check_lists(l, kOp, false);
+  if (l.params.empty()) return;
+  const Device dev = l.params[0].device();
+  DeviceGuard guard(dev.index, kOp);
+  const cudaStream_t stream = stream_of(dev);
+  SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
+            float(s.momentum), float(1 - s.dampening), float(s.weight_decay), s.nesterov};
+  for (const auto& [dtype, idx] : by_dtype(l.params)) {
+    std::vector<int64_t> numels;
+    std::vector<int64_t*> steps;
+    for (size_t k : idx) {
+      numels.push_back(l.params[k].numel());
+      steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
+    }
+    dispatch_floating(dtype, kOp, [&]<class T>() {
+      using D = dev_t<T>;
+      for_each_pack<4>(
+          idx.size(), numels, steps,
+          [&](size_t j, int d) -> void* {
+            const size_t k = idx[j];
+            switch (d) {
+              case 0: return l.params[k].raw_data();
+              case 1: return l.grads[k].raw_data();
+              case 2: return ptr_or_null<float>(l.buf1, k);
+              default: return ptr_or_null<float>(l.masters, k);
+            }
+          },
+          [&](const TensorChunks<4>& m, int blocks) {
+            sgd_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+            check_launch(kOp, dev.index);
+          });
+    });
+  }
+  advance_all(l, a.found_inf, stream, kOp, dev.index);
+}
+
+void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
+  const char* op = s.decoupled ? "AdamW" : "Adam";
+  check_lists(l, op, true);
+  if (l.params.empty()) return;
+  const Device dev = l.params[0].device();
+  DeviceGuard guard(dev.index, op);
+  const cudaStream_t stream = stream_of(dev);
+  AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"), flag_ptr(l.found_inf, op),
+             s.beta1, s.beta2, s.eps, s.weight_decay, s.decoupled};
+  for (const auto& [dtype, idx] : by_dtype(l.params)) {
+    std::vector<int64_t> numels;
+    std::vector<int64_t*> steps;
+    for (size_t k : idx) {
+      numels.push_back(l.params[k].numel());
+      steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
+    }
+    dispatch_floating(dtype, op, [&]<class T>() {
+      using D = dev_t<T>;
+      for_each_pack<5>(
+          idx.size(), numels, steps,
+          [&](size_t j, int d) -> void* {
+            const size_t k = idx[j];
+            switch (d) {
+              case 0: return l.params[k].raw_data();
+              case 1: return l.grads[k].raw_data();
+              case 2: return l.buf1[k].raw_data();
+              case 3: return l.buf2[k].raw_data();
+              default: return ptr_or_null<float>(l.masters, k);
+            }
+          },
+          [&](const TensorChunks<5>& m, int blocks) {
+            adam_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+            check_launch(op, dev.index);
+          });
+    });
+  }
+  advance_all(l, a.found_inf, stream, op, dev.index);
+}
+
+// ---- grad scaler ---------------------------------------------------------------------------
+namespace {
+
+// Scales each element in place (computed in A) and raises *found_inf when the value before
+// scaling was inf or NaN. Threads that see one write the same 1.0f: a benign race.
+template <class T>
+__global__ void scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
+  using A = dacc_t<T>;
+  const int k = m.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(begin + kChunk, m.numel[k]);
+  T* x = static_cast<T*>(m.ptr[0][k]);
+  const A f = A(factor.get());
+  bool bad = false;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const A v = convert<A>(x[i]);
+    bad |= !isfinite(v);
+    x[i] = convert<T>(v * f);
+  }
+  if (found_inf && __syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+// Per-chunk sums of squares in the accumulation type, into partial[chunk] as double.
+template <class T>
+__global__ void square_sum_kernel(TensorChunks<1> m, double* partial, int first_block) {
+  using A = dacc_t<T>;
+  const int k = m.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
+  const int64_t end = min(begin + kChunk, m.numel[k]);
+  const T* x = static_cast<const T*>(m.ptr[0][k]);
+  A acc = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const A v = convert<A>(x[i]);
+    acc += v * v;
+  }
+  // Block reduction in a fixed order: warp shuffles, then the warps' sums.
+  __shared__ A warp_sums[kOptThreads / 32];
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_down_sync(0xffffffffu, acc, o);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    A total = 0;
+    for (int w = 0; w < int(blockDim.x) / 32; ++w) total += warp_sums[w];
+    partial[first_block + int(blockIdx.x)] = double(total);
+  }
+}
+
+// out = float(sum of partial[0..n)) in double, in index order (deterministic).
+__global__ void sum_partials(const double* partial, int n, float* out) {
+  __shared__ double s[kOptThreads];
+  double acc = 0;
+  for (int i = int(threadIdx.x); i < n; i += blockDim.x) acc += partial[i];
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = int(blockDim.x) / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = float(s[0]);
+}
+
+__global__ void update_scale_kernel(double* scale, int64_t* tracker, const float* found_inf, ScaleUpdateRule r) {
+  double s = *scale;
+  if (*found_inf != 0.0f) {
+    s = fmax(s * r.backoff_factor, r.min_scale);
+    *tracker = 0;
+  } else if (++*tracker >= r.growth_interval) {
+    // The scale is applied as a float32 tensor, so growth beyond float32 is refused.
+    const double grown = s * r.growth_factor;
+    if (grown <= 3.4028234663852886e38) s = fmin(grown, r.max_scale);
+    *tracker = 0;
+  }
+  *scale = s;
+}
+
+void check_list(const TensorList& xs, const char* op) {
+  for (const Tensor& x : xs) {
+    AG_CHECK(x.is_contiguous(), op, "expected contiguous tensors, got strides ", x.strides());
+    AG_CHECK(x.is_floating_point(), op, "expected floating tensors, got ", dtype_name(x.dtype()));
+    AG_CHECK(x.device().is_cuda() && x.device() == xs[0].device(), op, "tensors must share one CUDA device, got ",
+             x.device(), " and ", xs[0].device());
+  }
+}
+
+// Runs f.template operator()<T>(idx) for the indices of each dtype's tensors in xs.
+template <class F>
+void for_each_dtype(const TensorList& xs, const char* op, const F& f) {
+  for (const auto& [dtype, idx] : by_dtype(xs)) {
+    dispatch_floating(dtype, op, [&]<class T>() { f.template operator()<T>(idx); });
+  }
+}
+
+}  // namespace
+
+void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, const Tensor& found_inf) {
+  constexpr const char* kOp = "scale_and_check";
+  const float* flag = flag_ptr(found_inf, kOp);
+  check_list(xs, kOp);
+  if (xs.empty()) return;
+  const Device dev = xs[0].device();
+  DeviceGuard guard(dev.index, kOp);
+  const cudaStream_t stream = stream_of(dev);
+  AG_CHECK(factor.defined(), kOp, "factor must be a float32 or float64 tensor of one element");
+  const DeviceScalar f = device_scalar(factor, 0, kOp, "factor");
+  for_each_dtype(xs, kOp, [&]<class T>(const std::vector<size_t>& idx) {
+    std::vector<int64_t> numels;
+    for (size_t k : idx) numels.push_back(xs[k].numel());
+    for_each_pack<1>(
+        idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        [&](const TensorChunks<1>& m, int blocks) {
+          scale_check_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, f, const_cast<float*>(flag));
+          check_launch(kOp, dev.index);
+        });
+  });
+}
+
+void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
+  constexpr const char* kOp = "sum_of_squares";
+  AG_CHECK(out.dtype() == kFloat32 && out.numel() == 1 && out.device().is_cuda(), kOp,
+           "out must be a float32 tensor of one element on the device");
+  check_list(xs, kOp);
+  const Device dev = out.device();
+  DeviceGuard guard(dev.index, kOp);
+  const cudaStream_t stream = stream_of(dev);
+  int64_t chunks = 0;
+  for (const Tensor& x : xs) chunks += (x.numel() + kChunk - 1) / kChunk;
+  // One double per chunk, summed in chunk order by one block: deterministic.
+  const Tensor partial = empty({std::max<int64_t>(chunks, 1)}, TensorOptions(kFloat64).device(dev));
+  double* part = static_cast<double*>(partial.raw_data());
+  int filled = 0;
+  for_each_dtype(xs, kOp, [&]<class T>(const std::vector<size_t>& idx) {
+    std::vector<int64_t> numels;
+    for (size_t k : idx) numels.push_back(xs[k].numel());
+    for_each_pack<1>(
+        idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        [&](const TensorChunks<1>& m, int blocks) {
+          square_sum_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, part, filled);
+          check_launch(kOp, dev.index);
+          filled += blocks;
+        });
+  });
+  sum_partials<<<1, kOptThreads, 0, stream>>>(part, filled, static_cast<float*>(out.raw_data()));
+  check_launch(kOp, dev.index);
+}
+
+void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                               const ScaleUpdateRule& rule) {
+  constexpr const char* kOp = "update_scale";
+  AG_CHECK(scale.dtype() == kFloat64 && scale.numel() == 1, kOp, "scale must be a float64 tensor of one element");
+  AG_CHECK(growth_tracker.dtype() == kInt64 && growth_tracker.numel() == 1, kOp,
+           "growth_tracker must be an int64 tensor of one element");
+  AG_CHECK(found_inf.defined(), kOp, "found_inf must be a float32 tensor of one element");
+  const float* flag = flag_ptr(found_inf, kOp);
+  const Device dev = scale.device();
+  DeviceGuard guard(dev.index, kOp);
+  update_scale_kernel<<<1, 1, 0, stream_of(dev)>>>(static_cast<double*>(scale.raw_data()),
+                                                   static_cast<int64_t*>(growth_tracker.raw_data()), flag, rule);
+  check_launch(kOp, dev.index);
+}
+
+}  // namespace ampgrad::cuda
