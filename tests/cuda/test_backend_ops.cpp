@@ -1,0 +1,419 @@
+// The cross-backend harness: every kernel entry of the Backend interface, reached through
+// the public ops (forward and backward) or the optimizers and grad scaler that call it, runs
+// on CUDA and on the CPU backend with the same inputs, in float32, float16 and bfloat16
+// (float64 where the op has it), and the results must agree within atol + rtol * |ref|
+// scaled by the dtype. NaN-ness is compared, not NaN payloads (kernels/cuda/common.cuh
+// says what GPU kernels promise).
+//
+// Without a CUDA device the comparisons skip, saying so; the coverage test runs everywhere:
+// it reads the entries declared in core/include/ampgrad/backend.h and fails for any entry
+// that no case exercises, for an entry the CUDA backend does not declare, and for one left
+// forwarding to "not implemented" in kernels/cuda/pending.cu.
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "support/testing.h"
+
+namespace {
+
+using namespace ag;
+
+bool have_cuda() { return !hw::query().cuda.empty(); }
+const Device kGpu(kCUDA, 0);
+
+// ---- comparing a function on both devices ---------------------------------------------------
+// An input of a case: float64 values on the CPU, cast to the case's dtype on each device.
+// Integer inputs (indices, labels) keep their dtype and never require grad.
+struct Input {
+  Tensor values;
+  bool differentiable = true;
+};
+
+using Fn = std::function<TensorList(const TensorList&)>;
+
+agt::Tol scaled(DType dt, double factor) {
+  const agt::Tol t = agt::tol_for(dt);
+  return {t.rtol * factor, t.atol * factor};
+}
+
+// Runs f on both devices and compares every floating output, then (when any input is
+// differentiable) the gradients of sum(out * w) for fixed random weights w.
+void compare_backends(const std::string& name, const Fn& f, const std::vector<Input>& inputs, DType dt,
+                      double tol_factor = 2.0) {
+  SCOPED_TRACE(name + " in " + std::string(dtype_name(dt)));
+  auto prepare = [&](Device d) {
+    TensorList xs;
+    for (const Input& in : inputs) {
+      Tensor v = in.values.is_floating_point() ? in.values.to(dt) : in.values;
+      v = v.to(d).detach();
+      if (in.differentiable && v.is_floating_point()) v.requires_grad_(true);
+      xs.push_back(v);
+    }
+    return xs;
+  };
+  const TensorList cpu_in = prepare(kCPU), gpu_in = prepare(kGpu);
+  const TensorList cpu_out = f(cpu_in), gpu_out = f(gpu_in);
+  ASSERT_EQ(cpu_out.size(), gpu_out.size());
+  const agt::Tol tol = scaled(dt, tol_factor);
+  Tensor cpu_loss, gpu_loss;
+  manual_seed(1234);
+  for (size_t i = 0; i < cpu_out.size(); ++i) {
+    ASSERT_EQ(gpu_out[i].device(), kGpu) << "output " << i;
+    ASSERT_EQ(gpu_out[i].dtype(), cpu_out[i].dtype()) << "output " << i;
+    ASSERT_EQ(gpu_out[i].sizes(), cpu_out[i].sizes()) << "output " << i;
+    const Tensor got = gpu_out[i].to(kCPU);
+    if (cpu_out[i].is_floating_point()) {
+      EXPECT_TRUE(agt::allclose(got, cpu_out[i], tol)) << "output " << i;
+      if (cpu_out[i].requires_grad()) {
+        const Tensor w = randn(cpu_out[i].sizes().vec(), kFloat32);
+        const Tensor lc = sum(cpu_out[i].to(kFloat32) * w), lg = sum(gpu_out[i].to(kFloat32) * w.to(kGpu));
+        cpu_loss = cpu_loss.defined() ? cpu_loss + lc : lc;
+        gpu_loss = gpu_loss.defined() ? gpu_loss + lg : lg;
+      }
+    } else {
+      EXPECT_TRUE(agt::allclose(got.to(kFloat64), cpu_out[i].to(kFloat64), 0, 0)) << "output " << i;
+    }
+  }
+  if (!cpu_loss.defined()) return;
+  cpu_loss.backward();
+  gpu_loss.backward();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!cpu_in[i].requires_grad()) continue;
+    ASSERT_TRUE(gpu_in[i].grad().defined()) << "gradient of input " << i;
+    EXPECT_TRUE(agt::allclose(gpu_in[i].grad().to(kCPU), cpu_in[i].grad(), scaled(dt, tol_factor * 2)))
+        << "gradient of input " << i;
+  }
+}
+
+Input uniform_in(std::vector<int64_t> shape, double lo = -2, double hi = 2) {
+  return {agt::rand64(shape, lo, hi, false), true};
+}
+Input index_in(std::vector<int64_t> shape, int64_t high) { return {randint(0, high, shape, kInt64), false}; }
+Input constant_in(Tensor t) { return {t, false}; }
+
+// ---- the cases ----------------------------------------------------------------------------
+// A case names the Backend entries it reaches (checked against backend.h), the dtypes it
+// runs in, and what it runs.
+struct Case {
+  std::string name;
+  std::vector<std::string> entries;
+  std::vector<DType> dtypes;
+  std::function<void(DType)> run;
+};
+
+const std::vector<DType> kFloats = {kFloat32, kFloat16, kBFloat16, kFloat64};
+const std::vector<DType> kLowp = {kFloat32, kFloat16, kBFloat16};
+
+Case unary_case(const std::string& name, std::function<Tensor(const Tensor&)> op, double lo = -2, double hi = 2) {
+  return {name, {"unary"}, kFloats, [=](DType dt) {
+            compare_backends(name, [op](const TensorList& x) { return TensorList{op(x[0])}; },
+                             {uniform_in({7, 33}, lo, hi)}, dt);
+          }};
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> c;
+  // -- data movement
+  c.push_back({"copy", {"copy"}, kFloats, [](DType dt) {
+                 // a transposed view made contiguous, a dtype change, a broadcast copy
+                 compare_backends("copy",
+                                  [](const TensorList& x) {
+                                    return TensorList{x[0].transpose(0, 1).contiguous(), x[0].to(kFloat32),
+                                                      x[1].expand({5, 6}).contiguous()};
+                                  },
+                                  {uniform_in({6, 5}), uniform_in({1, 6})}, dt, 1.0);
+               }});
+  c.push_back({"fill", {"fill"}, kFloats, [](DType dt) {
+                 compare_backends("fill",
+                                  [dt](const TensorList& x) {
+                                    return TensorList{full({3, 4}, 2.5, TensorOptions(dt).device(x[0].device())),
+                                                      zeros_like(x[0]), ones_like(x[0])};
+                                  },
+                                  {constant_in(agt::rand64({3, 4}, -1, 1, false))}, dt, 1.0);
+               }});
+  // -- unary ops (and the binary entries their backward uses)
+  c.push_back(unary_case("neg", [](const Tensor& x) { return neg(x); }));
+  c.push_back(unary_case("abs", [](const Tensor& x) { return abs(x); }));
+  c.push_back(unary_case("sign", [](const Tensor& x) { return sign(x); }));
+  c.push_back(unary_case("square", [](const Tensor& x) { return square(x); }));
+  c.push_back(unary_case("sqrt", [](const Tensor& x) { return sqrt(x); }, 0.1, 4));
+  c.push_back(unary_case("rsqrt", [](const Tensor& x) { return rsqrt(x); }, 0.1, 4));
+  c.push_back(unary_case("reciprocal", [](const Tensor& x) { return reciprocal(x); }, 0.5, 4));
+  c.push_back(unary_case("exp", [](const Tensor& x) { return exp(x); }));
+  c.push_back(unary_case("log", [](const Tensor& x) { return log(x); }, 0.1, 4));
+  c.push_back(unary_case("log1p", [](const Tensor& x) { return log1p(x); }, -0.5, 4));
+  c.push_back(unary_case("tanh", [](const Tensor& x) { return tanh(x); }));
+  c.push_back(unary_case("sigmoid", [](const Tensor& x) { return sigmoid(x); }));
+  c.push_back(unary_case("relu", [](const Tensor& x) { return relu(x); }));
+  c.push_back(unary_case("gelu", [](const Tensor& x) { return gelu(x); }));
+  c.push_back(unary_case("gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }));
+  c.push_back(unary_case("silu", [](const Tensor& x) { return silu(x); }));
+  c.push_back(unary_case("pow_scalar", [](const Tensor& x) { return pow(x, 1.7); }, 0.1, 3));
+  c.push_back(unary_case("clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.75); }));
+  // -- binary, compare, where: broadcasting, strided and scalar operands
+  c.push_back({"binary", {"binary"}, kFloats, [](DType dt) {
+                 compare_backends("binary",
+                                  [](const TensorList& x) {
+                                    const Tensor a = x[0], b = x[1], t = x[2].transpose(0, 1);
+                                    return TensorList{a + b, a - t,        a * b,          a / (abs(b) + 0.5), pow(abs(a) + 0.1, b),
+                                                      maximum(a, b), minimum(a, t), a * 2.0, 3.0 - a};
+                                  },
+                                  {uniform_in({4, 9}), uniform_in({1, 9}), uniform_in({9, 4})}, dt);
+               }});
+  c.push_back({"compare", {"compare"}, kFloats, [](DType dt) {
+                 compare_backends("compare",
+                                  [](const TensorList& x) {
+                                    const Tensor a = x[0], b = x[1];
+                                    return TensorList{eq(a, b), ne(a, b), lt(a, b), le(a, 0.25), gt(a, b), ge(a, -0.25),
+                                                      logical_and(gt(a, 0.0), lt(b, 0.0)), logical_or(gt(a, 1.0), lt(b, -1.0))};
+                                  },
+                                  {uniform_in({5, 8}), uniform_in({5, 1})}, dt, 0.0);
+               }});
+  c.push_back({"where", {"where", "compare"}, kFloats, [](DType dt) {
+                 compare_backends("where",
+                                  [](const TensorList& x) {
+                                    const Tensor m = gt(x[2], 0.0);
+                                    return TensorList{where(m, x[0], x[1]), where(m, x[0], 7.0), where(m, -1.0, x[1]),
+                                                      masked_fill(x[0], m, 0.5)};
+                                  },
+                                  {uniform_in({6, 7}), uniform_in({6, 7}), constant_in(agt::rand64({6, 7}, -1, 1, false))},
+                                  dt, 1.0);
+               }});
+  // -- reductions
+  c.push_back({"reduce", {"reduce"}, kFloats, [](DType dt) {
+                 compare_backends("reduce",
+                                  [](const TensorList& x) {
+                                    const Tensor a = x[0];
+                                    return TensorList{sum(a),           sum(a, {1}),       mean(a, {0, 2}, true), amax(a, {2}),
+                                                      amin(a, {0}),     var(a, {1}),       ag::std(a, {2}, 0),        logsumexp(a, {2}),
+                                                      norm(a, 2, {1}),  norm(a, 1, {0, 1}), argmax(a, 1),          argmin(a, 2),
+                                                      sum(a.transpose(0, 2), {0})};
+                                  },
+                                  {uniform_in({5, 37, 66})}, dt, 4.0);
+               }});
+  c.push_back({"reduce_large", {"reduce"}, kLowp, [](DType dt) {
+                 // more elements per output than one block holds
+                 compare_backends("reduce_large",
+                                  [](const TensorList& x) { return TensorList{sum(x[0]), mean(x[0], {0}), amax(x[0])}; },
+                                  {uniform_in({3000, 700})}, dt, 8.0);
+               }});
+  c.push_back({"max_min_dim", {"max_min_dim"}, kFloats, [](DType dt) {
+                 compare_backends("max_min_dim",
+                                  [](const TensorList& x) {
+                                    auto [v, i] = max(x[0], 1);
+                                    return TensorList{v, i};
+                                  },
+                                  {uniform_in({9, 50, 3})}, dt, 1.0);
+               }});
+  // -- random: the same seed gives the same numbers on both backends
+  c.push_back({"random", {"uniform", "normal"}, kFloats, [](DType dt) {
+                 manual_seed(77);
+                 const Tensor u_cpu = rand({1000, 3}, dt), n_cpu = randn({4099}, dt);
+                 manual_seed(77);
+                 const Tensor u_gpu = rand({1000, 3}, TensorOptions(dt).device(kGpu)),
+                              n_gpu = randn({4099}, TensorOptions(dt).device(kGpu));
+                 EXPECT_TRUE(agt::allclose(u_gpu.to(kCPU), u_cpu, 0, 0));
+                 EXPECT_TRUE(agt::allclose(n_gpu.to(kCPU), n_cpu, scaled(dt, 1.0)));
+               }});
+  c.push_back({"dropout", {"uniform", "binary"}, kLowp, [](DType dt) {
+                 manual_seed(5);
+                 compare_backends("dropout", [](const TensorList& x) { return TensorList{dropout(x[0], 0.3)}; },
+                                  {uniform_in({64, 65})}, dt, 1.0);
+               }});
+  // -- indexing
+  c.push_back({"index_select", {"index_select", "index_add"}, kFloats, [](DType dt) {
+                 compare_backends("index_select",
+                                  [](const TensorList& x) { return TensorList{x[0].index_select(1, x[1]), embedding(x[2], x[0])}; },
+                                  {uniform_in({11, 13}), index_in({17}, 13), index_in({4, 5}, 11)}, dt);
+               }});
+  c.push_back({"gather", {"gather", "scatter_add"}, kFloats, [](DType dt) {
+                 compare_backends("gather", [](const TensorList& x) { return TensorList{x[0].gather(1, x[1])}; },
+                                  {uniform_in({6, 10}), index_in({6, 4}, 10)}, dt);
+               }});
+  c.push_back({"cross_entropy", {"gather", "softmax"}, kFloats, [](DType dt) {
+                 compare_backends("cross_entropy",
+                                  [](const TensorList& x) {
+                                    return TensorList{cross_entropy(x[0], x[1]), cross_entropy(x[0], x[1], Reduction::Sum, -100, 0.1)};
+                                  },
+                                  {uniform_in({32, 10}, -4, 4), index_in({32}, 10)}, dt, 4.0);
+               }});
+  // -- products
+  c.push_back({"matmul", {"matmul"}, kFloats, [](DType dt) {
+                 compare_backends("matmul",
+                                  [](const TensorList& x) {
+                                    return TensorList{matmul(x[0], x[1]), matmul(x[2], x[1]), matmul(x[0].transpose(0, 1).contiguous().transpose(0, 1), x[1])};
+                                  },
+                                  {uniform_in({33, 70}), uniform_in({70, 20}), uniform_in({3, 5, 33, 70})}, dt, 8.0);
+               }});
+  c.push_back({"linear", {"linear", "matmul", "reduce"}, kFloats, [](DType dt) {
+                 compare_backends("linear",
+                                  [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2]), linear(x[0], x[1])}; },
+                                  {uniform_in({17, 40}), uniform_in({24, 40}), uniform_in({24})}, dt, 8.0);
+               }});
+  // -- convolution and pooling
+  c.push_back({"conv2d", {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"}, kFloats, [](DType dt) {
+                 compare_backends("conv2d",
+                                  [](const TensorList& x) {
+                                    return TensorList{conv2d(x[0], x[1], x[2], {1, 1}, {1, 1}),
+                                                      conv2d(x[0], x[3], Tensor(), {2, 2}, {0, 1}, {1, 1}, 2)};
+                                  },
+                                  {uniform_in({2, 4, 9, 10}), uniform_in({6, 4, 3, 3}), uniform_in({6}), uniform_in({4, 2, 2, 3})},
+                                  dt, 8.0);
+               }});
+  c.push_back({"max_pool2d", {"max_pool2d", "max_pool2d_backward"}, kFloats, [](DType dt) {
+                 compare_backends("max_pool2d",
+                                  [](const TensorList& x) {
+                                    return TensorList{max_pool2d(x[0], {2, 2}), max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}, {1, 1}, true)};
+                                  },
+                                  {uniform_in({2, 3, 11, 12})}, dt, 1.0);
+               }});
+  c.push_back({"avg_pool2d", {"avg_pool2d", "avg_pool2d_backward"}, kFloats, [](DType dt) {
+                 compare_backends("avg_pool2d",
+                                  [](const TensorList& x) {
+                                    return TensorList{avg_pool2d(x[0], {2, 2}), avg_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}, false, false)};
+                                  },
+                                  {uniform_in({2, 3, 11, 12})}, dt, 2.0);
+               }});
+  // -- normalisation
+  c.push_back({"softmax", {"softmax", "softmax_backward"}, kFloats, [](DType dt) {
+                 compare_backends("softmax",
+                                  [](const TensorList& x) {
+                                    return TensorList{softmax(x[0], -1), log_softmax(x[0], -1), softmax(x[0], 0), log_softmax(x[1], -1)};
+                                  },
+                                  {uniform_in({12, 130}, -5, 5), uniform_in({3, 5000}, -5, 5)}, dt, 4.0);
+               }});
+  c.push_back({"layer_norm", {"layer_norm", "layer_norm_backward"}, kFloats, [](DType dt) {
+                 compare_backends("layer_norm",
+                                  [](const TensorList& x) {
+                                    return TensorList{layer_norm(x[0], {96}, x[1], x[2]), layer_norm(x[0], {96})};
+                                  },
+                                  {uniform_in({2, 33, 96}), uniform_in({96}), uniform_in({96})}, dt, 8.0);
+               }});
+  // -- optimizers, grad scaler and clipping: several steps, parameters compared after each
+  c.push_back({"optimizers", {"sgd_step", "adam_step"}, kFloats, [](DType dt) {
+                 for (int which = 0; which < 3; ++which) {
+                   SCOPED_TRACE(which == 0 ? "SGD" : which == 1 ? "Adam" : "AdamW");
+                   std::vector<Tensor> init = {agt::rand64({70, 3}, -1, 1, false), agt::rand64({100001}, -1, 1, false)};
+                   auto make = [&](Device d) {
+                     std::vector<Tensor> ps;
+                     for (const Tensor& t : init) ps.push_back(t.to(dt).to(d).detach().requires_grad_(true));
+                     return ps;
+                   };
+                   std::vector<Tensor> pc = make(kCPU), pg = make(kGpu);
+                   // 16-bit parameters step through float32 master weights, the mixed-precision path.
+                   const bool master = dt == kFloat16 || dt == kBFloat16;
+                   auto opt = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+                     if (which == 0)
+                       return std::make_unique<optim::SGD>(
+                           ps, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .master_weights = master});
+                     if (which == 1)
+                       return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .master_weights = master});
+                     return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 0.01, .master_weights = master});
+                   };
+                   auto oc = opt(pc), og = opt(pg);
+                   for (int step = 0; step < 5; ++step) {
+                     for (size_t k = 0; k < pc.size(); ++k) {
+                       const Tensor g = agt::rand64(init[k].sizes().vec(), -1, 1, false).to(dt);
+                       pc[k].set_grad(g);
+                       pg[k].set_grad(g.to(kGpu));
+                     }
+                     oc->step();
+                     og->step();
+                     for (size_t k = 0; k < pc.size(); ++k)
+                       EXPECT_TRUE(agt::allclose(pg[k].detach().to(kCPU), pc[k].detach(), scaled(dt, 2.0))) << "step " << step;
+                   }
+                 }
+               }});
+  c.push_back({"grad_scaler", {"scale_and_check", "update_scale", "sum_of_squares"}, kLowp, [](DType dt) {
+                 const Tensor init = agt::rand64({4097}, -1, 1, false);
+                 Tensor pc = init.to(dt).detach().requires_grad_(true), pg = init.to(dt).to(kGpu).detach().requires_grad_(true);
+                 optim::SGD oc({pc}, {.lr = 0.1}), og({pg}, {.lr = 0.1});
+                 GradScaler sc({.init_scale = 1024, .growth_interval = 2}), sg({.init_scale = 1024, .growth_interval = 2});
+                 for (int step = 0; step < 6; ++step) {
+                   Tensor g = agt::rand64({4097}, -1, 1, false) * 1024.0;
+                   if (step == 3) g = where(gt(g, 900.0), full({4097}, INFINITY, kFloat64), g);  // an overflow
+                   pc.set_grad(g.to(dt));
+                   pg.set_grad(g.to(dt).to(kGpu));
+                   const bool stepped_c = bool(sc.step(oc)), stepped_g = bool(sg.step(og));
+                   EXPECT_EQ(stepped_g, stepped_c) << "step " << step;
+                   sc.update();
+                   sg.update();
+                   EXPECT_EQ(sg.get_scale(), sc.get_scale()) << "step " << step;
+                   EXPECT_TRUE(agt::allclose(pg.detach().to(kCPU), pc.detach(), scaled(dt, 2.0))) << "step " << step;
+                 }
+                 pc.set_grad(init.to(dt) * 3.0);
+                 pg.set_grad(init.to(dt).to(kGpu) * 3.0);
+                 const Tensor nc = nn::clip_grad_norm_({pc}, 1.0), ng = nn::clip_grad_norm_({pg}, 1.0);
+                 EXPECT_TRUE(agt::allclose(ng.to(kCPU), nc, 1e-5, 0));
+                 EXPECT_TRUE(agt::allclose(pg.grad().to(kCPU), pc.grad(), scaled(dt, 1.0)));
+               }});
+  return c;
+}
+
+// ---- coverage -------------------------------------------------------------------------------
+std::string read_source(const std::string& rel) {
+  std::ifstream in(std::string(AMPGRAD_SOURCE_DIR) + "/" + rel);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The kernel entries of Backend: the virtual functions after the streams-and-events section.
+std::set<std::string> backend_kernel_entries() {
+  const std::string src = read_source("core/include/ampgrad/backend.h");
+  const size_t from = src.find("// ---- data movement");
+  std::set<std::string> names;
+  const std::regex virt(R"(virtual\s+[\w:<>&\s\*]+?\b(\w+)\s*\()");
+  for (auto it = std::sregex_iterator(src.begin() + long(from), src.end(), virt); it != std::sregex_iterator(); ++it)
+    names.insert((*it)[1]);
+  return names;
+}
+
+TEST(CudaHarness, EveryBackendEntryHasACase) {
+  const std::set<std::string> entries = backend_kernel_entries();
+  ASSERT_GE(entries.size(), 30u) << "the scan of backend.h found too few entries";
+  std::set<std::string> covered;
+  for (const Case& c : all_cases())
+    for (const std::string& e : c.entries) {
+      EXPECT_TRUE(entries.count(e)) << "case " << c.name << " names " << e << ", which is no Backend entry";
+      covered.insert(e);
+    }
+  for (const std::string& e : entries) EXPECT_TRUE(covered.count(e)) << "no harness case reaches Backend::" << e;
+}
+
+TEST(CudaHarness, CudaBackendDeclaresEveryEntry) {
+  const std::string decl = read_source("kernels/cuda/cuda_backend.h");
+  ASSERT_FALSE(decl.empty());
+  for (const std::string& e : backend_kernel_entries())
+    EXPECT_TRUE(std::regex_search(decl, std::regex("\\b" + e + "\\([^;]*\\)\\s*override;")))
+        << "CudaBackend does not declare " << e;
+  // An entry still forwarding to Backend's "not implemented" default.
+  const std::string pending = read_source("kernels/cuda/pending.cu");
+  const std::regex def(R"(CudaBackend::(\w+)\()");
+  for (auto it = std::sregex_iterator(pending.begin(), pending.end(), def); it != std::sregex_iterator(); ++it)
+    ADD_FAILURE() << "Backend::" << (*it)[1] << " is not implemented on CUDA (kernels/cuda/pending.cu)";
+}
+
+// One test over every case (each failure names its case and dtype), so that a machine
+// without a GPU lists one skip, not one per case.
+TEST(CudaBackendOps, EveryCaseMatchesTheCpu) {
+  if (!built_with_cuda()) AGT_SKIP_BUILD() << "built without CUDA";
+  if (!have_cuda()) AGT_SKIP_HARDWARE() << "no CUDA device";
+  for (const Case& c : all_cases()) {
+    for (DType dt : c.dtypes) {
+      SCOPED_TRACE("case " + c.name + " in " + std::string(dtype_name(dt)));
+      manual_seed(42);
+      try {
+        c.run(dt);
+      } catch (const Error& e) {
+        ADD_FAILURE() << c.name << " in " << dtype_name(dt) << ": " << e.what();
+      }
+    }
+  }
+}
+
+}  // namespace
