@@ -211,4 +211,11 @@ void empty_cache(Device device) {
   be.empty_cache(device.index);
 }
 
+cuda::MemoryStats cuda::memory_stats(int device) {
+  const ampgrad::MemoryStats m = ampgrad::memory_stats(Device(kCUDA, device));
+  return {m.bytes_in_use, m.bytes_in_use + m.bytes_cached, m.peak_bytes_in_use};
+}
+
+void cuda::reset_peak_memory_stats(int device) { ampgrad::reset_peak_memory_stats(Device(kCUDA, device)); }
+
 }  // namespace ampgrad

@@ -55,4 +55,21 @@ void reset_peak_memory_stats(Device device);
 /// backend keeps for reuse to the system.
 void empty_cache(Device device);
 
+namespace cuda {
+/// The memory of one CUDA device in PyTorch's terms (torch.cuda.memory_allocated, ...).
+struct MemoryStats {
+  /// Bytes held by live tensor storages.
+  uint64_t allocated = 0;
+  /// Bytes the device's stream-ordered pool holds: allocated plus freed blocks kept for
+  /// reuse. Flat from one training step to the next once the steady state is reached: the
+  /// step then calls neither cudaMalloc nor cudaFree.
+  uint64_t reserved = 0;
+  /// The most bytes allocated since the process started or reset_peak_memory_stats.
+  uint64_t peak = 0;
+};
+/// The statistics of cuda:`device` (all zeros in a build without CUDA or without a GPU).
+MemoryStats memory_stats(int device = 0);
+void reset_peak_memory_stats(int device = 0);
+}  // namespace cuda
+
 }  // namespace ampgrad
