@@ -16,6 +16,7 @@
 #include "ampgrad/host_device.h"
 #include "ampgrad/hw/cpu.h"
 #include "ampgrad/hw/profile.h"
+#include "ampgrad/matmul_precision.h"
 #include "ampgrad/memory.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/loss.h"

@@ -19,15 +19,6 @@ void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) { Backend::index_add(out, dim, index, src); }
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) { Backend::gather(x, dim, index, out); }
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) { Backend::scatter_add(out, dim, index, src); }
-void CudaBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { Backend::matmul(a, w, out); }
-void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) { Backend::linear(x, weight, bias, out); }
-void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out, const Conv2dParams& p) { Backend::conv2d(x, w, bias, out, p); }
-void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in, const Conv2dParams& p) { Backend::conv2d_backward_input(grad_out, w, grad_in, p); }
-void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w, const Tensor& grad_bias, const Conv2dParams& p) { Backend::conv2d_backward_weight(grad_out, x, grad_w, grad_bias, p); }
-Tensor CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) { return Backend::max_pool2d(x, out, p); }
-void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& saved, const Tensor& grad_in, const Pool2dParams& p) { Backend::max_pool2d_backward(grad_out, x, saved, grad_in, p); }
-void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) { Backend::avg_pool2d(x, out, p); }
-void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool2dParams& p) { Backend::avg_pool2d_backward(grad_out, grad_in, p); }
 void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) { Backend::softmax(x, dim, log, out); }
 void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log, const Tensor& grad_in) { Backend::softmax_backward(grad_out, y, dim, log, grad_in); }
 void CudaBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias, double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) { Backend::layer_norm(x, inner, weight, bias, eps, y, mean, rstd); }

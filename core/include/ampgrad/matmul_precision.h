@@ -1,0 +1,25 @@
+// The internal precision of float32 matrix products and convolutions (as in PyTorch's
+// torch.set_float32_matmul_precision).
+//
+// "highest" (the default) computes float32 products in full float32. "high" and "medium"
+// let an accelerator use faster reduced-precision arithmetic for float32 operands: the
+// CUDA backend then allows TF32 tensor cores in cuBLASLt (CUBLAS_COMPUTE_32F_FAST_TF32)
+// and cuDNN (CUDNN_DEFAULT_MATH instead of CUDNN_FMA_MATH). Products of other dtypes and
+// the CPU backend ignore the setting. It is process-wide and read at each call.
+#pragma once
+
+#include <string>
+
+namespace ampgrad {
+
+/// Sets the float32 product precision: "highest", "high" or "medium"; any other string
+/// throws ag::Error naming the function and the value.
+void set_float32_matmul_precision(const std::string& precision);
+/// The current setting: "highest", "high" or "medium".
+std::string get_float32_matmul_precision();
+
+/// The setting as backends read it.
+enum class Float32MatmulPrecision { Highest, High, Medium };
+Float32MatmulPrecision float32_matmul_precision();
+
+}  // namespace ampgrad
