@@ -180,4 +180,24 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 using ampgrad::dispatch_all;
 using ampgrad::dispatch_floating;
 
+#ifdef __CUDACC__
+/// The byte offsets of all N operands of L at linear index i (kernels::offset_of for every
+/// operand in one pass of divisions). The loop is unrolled to kMaxLoopDims so that a
+/// layout passed by value is indexed statically and stays in the parameter space.
+template <int N>
+__device__ __forceinline__ void offsets_of(const kernels::StridedLayout<N>& L, int64_t i, int64_t (&off)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) off[k] = 0;
+#pragma unroll
+  for (int d = 0; d < kernels::kMaxLoopDims; ++d) {
+    if (d == L.ndim) break;
+    const int64_t q = i / L.sizes[d];
+    const int64_t r = i - q * L.sizes[d];
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] += r * L.strides[k][d];
+    i = q;
+  }
+}
+#endif
+
 }  // namespace ampgrad::cuda

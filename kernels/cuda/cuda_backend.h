@@ -1,11 +1,11 @@
-// The CUDA backend: cuBLASLt for the products, cuDNN for convolution and pooling, and our
+// The CUDA backend: cuBLASLt for the products, cuDNN for convolution, and our
 // own kernels templated on float, half and bfloat16 (and the other dtypes where the op has
 // them) for everything else, all queued on the current stream of the contract.
 //
 // One class; each family lives in its own file: backend.cu (memory, streams, events,
 // errors), elementwise.cu (copy, fill, unary, binary, compare, where), random.cu,
 // index.cu, reduce.cu, norm.cu (softmax, layer norm), blas.cu (matmul, linear), conv.cu
-// (cuDNN), optim.cu (optimizers, grad scaler, clipping). The class declares every entry
+// (convolution through cuDNN, pooling), optim.cu (optimizers, grad scaler, clipping). The class declares every entry
 // of Backend, so an entry without a CUDA definition fails to link.
 #pragma once
 
