@@ -394,10 +394,12 @@ TEST(CudaHarness, CudaBackendDeclaresEveryEntry) {
         << "CudaBackend does not declare " << e;
   // Declared entries must be defined (the link fails otherwise) and must not fall back to
   // Backend's "not implemented" default.
-  for (const char* family : {"backend", "elementwise", "random", "index", "reduce", "norm", "blas", "conv", "optim"})
-    EXPECT_FALSE(std::regex_search(read_source("kernels/cuda/" + std::string(family) + ".cu"),
-                                   std::regex(R"((^|[^A-Za-z_])Backend::[a-z_0-9]+\()")))
+  for (const char* family : {"backend", "elementwise", "random", "index", "reduce", "norm", "blas", "conv", "optim"}) {
+    const std::string src = read_source("kernels/cuda/" + std::string(family) + ".cu");
+    EXPECT_FALSE(src.empty()) << "kernels/cuda/" << family << ".cu is missing";
+    EXPECT_FALSE(std::regex_search(src, std::regex(R"((^|[^A-Za-z_])Backend::[a-z_0-9]+\()")))
         << "kernels/cuda/" << family << ".cu forwards an entry to Backend's default";
+  }
 }
 
 // One test over every case (each failure names its case and dtype), so that a machine
