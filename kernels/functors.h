@@ -11,6 +11,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ampgrad/dtype.h"
 #include "ampgrad/host_device.h"
 #include "ampgrad/op_kinds.h"
 
@@ -128,5 +129,20 @@ AG_COMPARE_FN(Ge, return a >= b;)
 AG_COMPARE_FN(LogicalAnd, return (a != A(0)) && (b != A(0));)
 AG_COMPARE_FN(LogicalOr, return (a != A(0)) || (b != A(0));)
 #undef AG_COMPARE_FN
+
+/// Runs run.template operator()<T>() for dtype dt where the op of functor Fn is defined:
+/// floating dtypes for a kFloatOnly functor, every dtype but bool otherwise (each backend's
+/// elementwise dispatch, so that both refuse the same dtypes with the same message).
+template <class Fn, class Run>
+void dispatch_for(DType dt, const char* op, const Run& run) {
+  if constexpr (Fn::kFloatOnly) {
+    dispatch_floating(dt, op, run);
+  } else {
+    dispatch_all(dt, op, [&]<class T>() {
+      if constexpr (std::is_same_v<T, bool>) AG_ERROR(op, "not defined for bool tensors");
+      else run.template operator()<T>();
+    });
+  }
+}
 
 }  // namespace ampgrad::kernels

@@ -36,32 +36,30 @@ struct Split3 {
   }
 };
 
-/// Builds the coalesced layout of `ops`, which all have ops[0]'s shape (inputs already
-/// broadcast). Dims are reversed so that dim 0 is the innermost.
+/// Builds the coalesced layout of N operands over `sizes` (row-major, nd dims) with the
+/// given byte strides per operand and base addresses. Dims are reversed so that dim 0 is
+/// the innermost; size-1 dims are dropped and neighbours that are contiguous in every
+/// operand merged. `op` names the caller in the error for too many dims.
 template <int N>
-StridedLayout<N> make_layout(const std::array<const Tensor*, N>& ops) {
+StridedLayout<N> make_layout(const int64_t* sizes, int nd, const std::array<const int64_t*, N>& byte_strides,
+                             const std::array<char*, N>& base, const char* op) {
   StridedLayout<N> L;
-  const Shape& sizes = ops[0]->sizes();
-  const int nd = int(sizes.size());
-  AG_CHECK(nd <= kMaxLoopDims, "elementwise", "tensors of more than ", kMaxLoopDims,
-           " dims are not supported, got ", nd);
-  for (int k = 0; k < N; ++k) L.base[k] = static_cast<char*>(ops[k]->raw_data());
+  AG_CHECK(nd <= kMaxLoopDims, op, "tensors of more than ", kMaxLoopDims, " dims are not supported, got ", nd);
+  for (int k = 0; k < N; ++k) L.base[k] = base[size_t(k)];
   int d = 0;
   for (int i = nd - 1; i >= 0; --i) {
     if (sizes[i] == 1) continue;
     if (d > 0) {
       bool merge = true;
       for (int k = 0; k < N; ++k)
-        if (L.strides[k][d - 1] * L.sizes[d - 1] !=
-            ops[k]->strides()[i] * int64_t(ops[k]->itemsize()))
-          merge = false;
+        if (L.strides[k][d - 1] * L.sizes[d - 1] != byte_strides[size_t(k)][i]) merge = false;
       if (merge) {
         L.sizes[d - 1] *= sizes[i];
         continue;
       }
     }
     L.sizes[d] = sizes[i];
-    for (int k = 0; k < N; ++k) L.strides[k][d] = ops[k]->strides()[i] * int64_t(ops[k]->itemsize());
+    for (int k = 0; k < N; ++k) L.strides[k][d] = byte_strides[size_t(k)][i];
     ++d;
   }
   if (d == 0) {  // a single element
@@ -73,6 +71,24 @@ StridedLayout<N> make_layout(const std::array<const Tensor*, N>& ops) {
   L.numel = 1;
   for (int i = 0; i < d; ++i) L.numel *= L.sizes[i];
   return L;
+}
+
+/// The layout of `ops`, which all have ops[0]'s shape (inputs already broadcast).
+template <int N>
+StridedLayout<N> make_layout(const std::array<const Tensor*, N>& ops) {
+  const Shape& sizes = ops[0]->sizes();
+  const int nd = int(sizes.size());
+  AG_CHECK(nd <= kMaxLoopDims, "elementwise", "tensors of more than ", kMaxLoopDims,
+           " dims are not supported, got ", nd);
+  int64_t bytes[N][kMaxLoopDims];
+  std::array<const int64_t*, N> strides;
+  std::array<char*, N> base;
+  for (int k = 0; k < N; ++k) {
+    for (int i = 0; i < nd; ++i) bytes[k][i] = ops[k]->strides()[size_t(i)] * int64_t(ops[k]->itemsize());
+    strides[size_t(k)] = bytes[k];
+    base[size_t(k)] = static_cast<char*>(ops[k]->raw_data());
+  }
+  return make_layout<N>(sizes.data(), nd, strides, base, "elementwise");
 }
 
 /// The byte offset of operand k's element at linear index i (innermost dim fastest) of L.

@@ -78,4 +78,15 @@ void Backend::update_scale(const Tensor&, const Tensor&, const Tensor&, const Sc
 
 #undef AG_MISSING
 
+void OptimizerLists::check(const char* op, bool two_moments) const {
+  const size_t n = params.size();
+  AG_CHECK(grads.size() == n && steps.size() == n && masters.size() == n && (buf1.empty() || buf1.size() == n) &&
+               (buf2.empty() || buf2.size() == n),
+           op, "parameter, gradient, state and step lists differ in length (", n, " parameters)");
+  if (two_moments) AG_CHECK(buf1.size() == n && buf2.size() == n, op, "expected both moment lists");
+  if (found_inf.defined())
+    AG_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1, op,
+             "found_inf must be a float32 tensor of one element");
+}
+
 }  // namespace ampgrad

@@ -13,6 +13,7 @@ namespace {
 
 using kernels::BinaryFn;
 using kernels::CompareFn;
+using kernels::dispatch_for;
 using kernels::UnaryFn;
 
 // A scalar operand as a kernel on T reads it: converted to T as fill converts (an integer
@@ -62,18 +63,6 @@ void where_kernel(const Tensor& cond, const Operand& a, const Operand& b, const 
   }
 }
 
-// Dispatches dtype for a functor that may be restricted to floating dtypes.
-template <class Fn, class Run>
-void dispatch_for(DType dt, const char* op, const Run& run) {
-  if constexpr (Fn::kFloatOnly) {
-    dispatch_floating(dt, op, run);
-  } else {
-    dispatch_all(dt, op, [&]<class T>() {
-      if constexpr (std::is_same_v<T, bool>) AG_ERROR(op, "not defined for bool tensors");
-      else run.template operator()<T>();
-    });
-  }
-}
 
 }  // namespace
 

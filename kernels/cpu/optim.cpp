@@ -24,16 +24,9 @@ double scalar_value(const Tensor& t, const char* op) {
 
 // What every fused step checks and reads once: the lists agree, the step is not skipped
 // (found_inf is read in place: this is the device), and the learning rate.
-bool begin_step(const OptimizerLists& l, const char* op, double& lr) {
-  const size_t n = l.params.size();
-  AG_CHECK(l.grads.size() == n && l.steps.size() == n && l.masters.size() == n && (l.buf1.empty() || l.buf1.size() == n) &&
-               (l.buf2.empty() || l.buf2.size() == n),
-           op, "parameter, gradient, state and step lists differ in length (", n, " parameters)");
-  if (l.found_inf.defined()) {
-    AG_CHECK(l.found_inf.dtype() == kFloat32 && l.found_inf.numel() == 1, op,
-             "found_inf must be a float32 tensor of one element");
-    if (*l.found_inf.data_ptr<float>() != 0.0f) return false;
-  }
+bool begin_step(const OptimizerLists& l, const char* op, bool two_moments, double& lr) {
+  l.check(op, two_moments);
+  if (l.found_inf.defined() && *l.found_inf.data_ptr<float>() != 0.0f) return false;
   lr = l.lr.tensor.defined() ? scalar_value(l.lr.tensor, op) : l.lr.value;
   return true;
 }
@@ -65,7 +58,7 @@ void for_each_piece(const TensorList& params, const Body& body) {
 
 void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   double lr_value;
-  if (!begin_step(l, "SGD", lr_value)) return;
+  if (!begin_step(l, "SGD", false, lr_value)) return;
   const bool nesterov = s.nesterov;
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
@@ -107,8 +100,7 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
 void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
   const char* op = s.decoupled ? "AdamW" : "Adam";
   double lr_value;
-  if (!begin_step(l, op, lr_value)) return;
-  AG_CHECK(l.buf1.size() == l.params.size() && l.buf2.size() == l.params.size(), op, "expected both moment lists");
+  if (!begin_step(l, op, true, lr_value)) return;
   // Each parameter's bias corrections, at its own 1-based step.
   struct Corr {
     double bc1, bc2_sqrt;

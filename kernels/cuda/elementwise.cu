@@ -37,6 +37,7 @@
 namespace ampgrad::cuda {
 namespace {
 
+using kernels::dispatch_for;
 using kernels::StridedLayout;
 
 // ---- the map kernels ------------------------------------------------------------------------
@@ -261,18 +262,6 @@ void where_kernel(const Tensor& cond, const Operand& a, const Operand& b, const 
   }
 }
 
-// Dispatches dtype for a functor that may be restricted to floating dtypes (as the CPU).
-template <class Fn, class Run>
-void dispatch_for(DType dt, const char* op, const Run& run) {
-  if constexpr (Fn::kFloatOnly) {
-    dispatch_floating(dt, op, run);
-  } else {
-    dispatch_all(dt, op, [&]<class T>() {
-      if constexpr (std::is_same_v<T, bool>) AG_ERROR(op, "not defined for bool tensors");
-      else run.template operator()<T>();
-    });
-  }
-}
 
 }  // namespace
 

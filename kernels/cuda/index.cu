@@ -53,41 +53,13 @@ Dims dims_of(const Tensor& t) {
   return g;
 }
 
-// The coalesced layout of N operands over `sizes` (row-major) with the given byte strides,
-// built exactly as kernels::make_layout builds one from tensors.
+// The coalesced layout of N operands over `sizes` (row-major) with the given byte strides.
 template <int N>
 StridedLayout<N> layout_of(const std::vector<int64_t>& sizes, const std::array<std::vector<int64_t>, N>& strides,
                            const std::array<char*, N>& base, const char* op) {
-  StridedLayout<N> L;
-  const int nd = int(sizes.size());
-  AG_CHECK(nd <= kMaxLoopDims, op, "tensors of more than ", kMaxLoopDims, " dims are not supported, got ", nd);
-  for (int k = 0; k < N; ++k) L.base[k] = base[size_t(k)];
-  int d = 0;
-  for (int i = nd - 1; i >= 0; --i) {
-    const size_t si = size_t(i);
-    if (sizes[si] == 1) continue;
-    if (d > 0) {
-      bool merge = true;
-      for (int k = 0; k < N; ++k)
-        if (L.strides[k][d - 1] * L.sizes[d - 1] != strides[size_t(k)][si]) merge = false;
-      if (merge) {
-        L.sizes[d - 1] *= sizes[si];
-        continue;
-      }
-    }
-    L.sizes[d] = sizes[si];
-    for (int k = 0; k < N; ++k) L.strides[k][d] = strides[size_t(k)][si];
-    ++d;
-  }
-  if (d == 0) {  // a single element
-    L.sizes[0] = 1;
-    for (int k = 0; k < N; ++k) L.strides[k][0] = 0;
-    d = 1;
-  }
-  L.ndim = d;
-  L.numel = 1;
-  for (int i = 0; i < d; ++i) L.numel *= L.sizes[i];
-  return L;
+  std::array<const int64_t*, N> s;
+  for (int k = 0; k < N; ++k) s[size_t(k)] = strides[size_t(k)].data();
+  return kernels::make_layout<N>(sizes.data(), int(sizes.size()), s, base, op);
 }
 
 __device__ __forceinline__ bool in_range(int64_t j, int64_t n) { return j >= -n && j < n; }

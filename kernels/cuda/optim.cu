@@ -194,13 +194,8 @@ __global__ void advance_steps(StepCounters s, const float* found_inf) {
 }
 
 void check_lists(const OptimizerLists& l, const char* op, bool two_moments) {
-  const size_t n = l.params.size();
-  AG_CHECK(l.grads.size() == n && l.steps.size() == n && l.masters.size() == n &&
-               (l.buf1.empty() || l.buf1.size() == n) && (l.buf2.empty() || l.buf2.size() == n),
-           op, "parameter, gradient, state and step lists differ in length (", n, " parameters)");
-  if (two_moments)
-    AG_CHECK(l.buf1.size() == n && l.buf2.size() == n, op, "expected both moment lists");
-  for (size_t k = 0; k < n; ++k) {
+  l.check(op, two_moments);
+  for (size_t k = 0; k < l.params.size(); ++k) {
     AG_CHECK(l.params[k].device().is_cuda() && l.params[k].device() == l.params[0].device(), op,
              "parameters must share one CUDA device, got ", l.params[k].device(), " and ", l.params[0].device());
     AG_CHECK(l.params[k].is_contiguous() && l.grads[k].is_contiguous() && l.grads[k].dtype() == l.params[k].dtype(),
@@ -240,53 +235,16 @@ std::vector<std::pair<DType, std::vector<size_t>>> by_dtype(const TensorList& pa
 
 }  // namespace
 
-void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
-  constexpr const char* kOp = "SGD";
-  check_lists(l, kOp, false);
-  if (l.params.empty()) return;
-  const Device dev = l.params[0].device();
-  DeviceGuard guard(dev.index, kOp);
-  const cudaStream_t stream = stream_of(dev);
-  SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
-            float(s.momentum), float(1 - s.dampening), float(s.weight_decay), s.nesterov};
-  for (const auto& [dtype, idx] : by_dtype(l.params)) {
-    std::vector<int64_t> numels;
-    std::vector<int64_t*> steps;
-    for (size_t k : idx) {
-      numels.push_back(l.params[k].numel());
-      steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
-    }
-    dispatch_floating(dtype, kOp, [&]<class T>() {
-      using D = dev_t<T>;
-      for_each_pack<4>(
-          idx.size(), numels, steps,
-          [&](size_t j, int d) -> void* {
-            const size_t k = idx[j];
-            switch (d) {
-              case 0: return l.params[k].raw_data();
-              case 1: return l.grads[k].raw_data();
-              case 2: return ptr_or_null<float>(l.buf1, k);
-              default: return ptr_or_null<float>(l.masters, k);
-            }
-          },
-          [&](const TensorChunks<4>& m, int blocks) {
-            sgd_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
-            check_launch(kOp, dev.index);
-          });
-    });
-  }
-  advance_all(l, a.found_inf, stream, kOp, dev.index);
-}
+namespace {
 
-void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
-  const char* op = s.decoupled ? "AdamW" : "Adam";
-  check_lists(l, op, true);
-  if (l.params.empty()) return;
+// One fused step: for the parameters of each dtype, packs of chunks go to
+// launch.template operator()<D>(meta, blocks); pointer d of parameter k comes from
+// ptr(k, d). The step counters advance afterwards unless found_inf says the step was skipped.
+template <int kDepth, class Ptr, class Launch>
+void fused_step(const OptimizerLists& l, const char* op, const float* found_inf, const Ptr& ptr,
+                const Launch& launch) {
   const Device dev = l.params[0].device();
-  DeviceGuard guard(dev.index, op);
   const cudaStream_t stream = stream_of(dev);
-  AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"), flag_ptr(l.found_inf, op),
-             s.beta1, s.beta2, s.eps, s.weight_decay, s.decoupled};
   for (const auto& [dtype, idx] : by_dtype(l.params)) {
     std::vector<int64_t> numels;
     std::vector<int64_t*> steps;
@@ -295,26 +253,62 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
     }
     dispatch_floating(dtype, op, [&]<class T>() {
-      using D = dev_t<T>;
-      for_each_pack<5>(
-          idx.size(), numels, steps,
-          [&](size_t j, int d) -> void* {
-            const size_t k = idx[j];
-            switch (d) {
-              case 0: return l.params[k].raw_data();
-              case 1: return l.grads[k].raw_data();
-              case 2: return l.buf1[k].raw_data();
-              case 3: return l.buf2[k].raw_data();
-              default: return ptr_or_null<float>(l.masters, k);
-            }
-          },
-          [&](const TensorChunks<5>& m, int blocks) {
-            adam_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+      for_each_pack<kDepth>(
+          idx.size(), numels, steps, [&](size_t j, int d) -> void* { return ptr(idx[j], d); },
+          [&](const TensorChunks<kDepth>& m, int blocks) {
+            launch.template operator()<dev_t<T>>(m, blocks, stream);
             check_launch(op, dev.index);
           });
     });
   }
-  advance_all(l, a.found_inf, stream, op, dev.index);
+  advance_all(l, found_inf, stream, op, dev.index);
+}
+
+}  // namespace
+
+void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
+  constexpr const char* kOp = "SGD";
+  check_lists(l, kOp, false);
+  if (l.params.empty()) return;
+  DeviceGuard guard(l.params[0].device().index, kOp);
+  const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
+                  float(s.momentum), float(1 - s.dampening), float(s.weight_decay), s.nesterov};
+  fused_step<4>(
+      l, kOp, a.found_inf,
+      [&](size_t k, int d) -> void* {
+        switch (d) {
+          case 0: return l.params[k].raw_data();
+          case 1: return l.grads[k].raw_data();
+          case 2: return ptr_or_null<float>(l.buf1, k);
+          default: return ptr_or_null<float>(l.masters, k);
+        }
+      },
+      [&]<class D>(const TensorChunks<4>& m, int blocks, cudaStream_t stream) {
+        sgd_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+      });
+}
+
+void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
+  const char* op = s.decoupled ? "AdamW" : "Adam";
+  check_lists(l, op, true);
+  if (l.params.empty()) return;
+  DeviceGuard guard(l.params[0].device().index, op);
+  const AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"), flag_ptr(l.found_inf, op),
+                   s.beta1, s.beta2, s.eps, s.weight_decay, s.decoupled};
+  fused_step<5>(
+      l, op, a.found_inf,
+      [&](size_t k, int d) -> void* {
+        switch (d) {
+          case 0: return l.params[k].raw_data();
+          case 1: return l.grads[k].raw_data();
+          case 2: return l.buf1[k].raw_data();
+          case 3: return l.buf2[k].raw_data();
+          default: return ptr_or_null<float>(l.masters, k);
+        }
+      },
+      [&]<class D>(const TensorChunks<5>& m, int blocks, cudaStream_t stream) {
+        adam_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+      });
 }
 
 // ---- grad scaler ---------------------------------------------------------------------------

@@ -99,6 +99,10 @@ struct OptimizerLists {
   TensorList params, grads, buf1, buf2, masters, steps;
   LearningRate lr;
   Tensor found_inf;
+  /// What every backend's step checks first: the lists have one length (state lists may be
+  /// empty), both moment lists are there when `two_moments`, and found_inf, when defined,
+  /// is a float32 tensor of one element. Throws ag::Error naming `op`.
+  void check(const char* op, bool two_moments) const;
 };
 
 /// SGD (PyTorch's rule): d = g + wd * w; with momentum, buf = (first step: steps[i] == 0) ?
