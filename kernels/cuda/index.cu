@@ -62,6 +62,14 @@ StridedLayout<N> layout_of(const std::vector<int64_t>& sizes, const std::array<s
   return kernels::make_layout<N>(sizes.data(), int(sizes.size()), s, base, op);
 }
 
+// The kernels dereference every operand on out's device: an index left on the host (the
+// frontend range-checks a CPU index and passes it on) would be an illegal address there.
+void check_operands(const char* op, const Tensor& out, const Tensor& x, const Tensor& index) {
+  AG_CHECK(index.dtype() == kInt64, op, "index must be int64, got ", dtype_name(index.dtype()));
+  AG_CHECK(x.device() == out.device() && index.device() == out.device(), op, "expected tensors on one device, got ",
+           x.device(), ", ", index.device(), " and ", out.device());
+}
+
 __device__ __forceinline__ bool in_range(int64_t j, int64_t n) { return j >= -n && j < n; }
 __device__ __forceinline__ int64_t wrap(int64_t j, int64_t n) { return j < 0 ? j + n : j; }
 
@@ -139,6 +147,7 @@ __global__ void scatter_add_kernel(StridedLayout<3> L, int64_t len, int64_t n, i
 // index with byte strides idx_strides over that shape.
 void launch_take(const char* op, int err_op, const Tensor& x, int64_t dim, const Tensor& index,
                  std::vector<int64_t> idx_strides, const Tensor& out) {
+  check_operands(op, out, x, index);
   const Dims o = dims_of(out);
   Dims xd = dims_of(x);
   const size_t sd = size_t(x.dim() == 0 ? 0 : dim);
@@ -180,6 +189,7 @@ void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, cons
 }
 
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_operands("index_add", out, src, index);
   dispatch_floating(out.dtype(), "index_add", [&]<class T>() {
     using D = dev_t<T>;
     const Dims o = dims_of(out), s = dims_of(src);
@@ -202,6 +212,7 @@ void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index,
 }
 
 void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_operands("scatter_add", out, src, index);
   dispatch_floating(out.dtype(), "scatter_add", [&]<class T>() {
     using D = dev_t<T>;
     const Dims o = dims_of(out), s = dims_of(src), ix = dims_of(index);

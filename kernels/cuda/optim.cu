@@ -99,6 +99,8 @@ const float* flag_ptr(const Tensor& f, const char* op) {
   if (!f.defined()) return nullptr;
   AG_CHECK(f.dtype() == kFloat32 && f.numel() == 1, op, "found_inf must be a float32 tensor of one element, got ",
            dtype_name(f.dtype()), " with ", f.numel(), " elements");
+  // kernels write or read it: a host pointer would be an illegal address on the device
+  AG_CHECK(f.device().is_cuda(), op, "found_inf must be on the tensors' device, got ", f.device());
   return static_cast<const float*>(f.raw_data());
 }
 
@@ -106,7 +108,9 @@ const float* flag_ptr(const Tensor& f, const char* op) {
 struct SgdArgs {
   DeviceScalar lr;
   const float* found_inf;
-  float momentum, damp, wd;  // damp = 1 - dampening
+  // double, converted in the kernel to its compute type as the CPU converts them (float64
+  // parameters would otherwise see momentum and weight decay rounded to float)
+  double momentum, damp, wd;  // damp = 1 - dampening
   bool nesterov;
 };
 
@@ -272,7 +276,7 @@ void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   if (l.params.empty()) return;
   DeviceGuard guard(l.params[0].device().index, kOp);
   const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
-                  float(s.momentum), float(1 - s.dampening), float(s.weight_decay), s.nesterov};
+                  s.momentum, 1 - s.dampening, s.weight_decay, s.nesterov};
   fused_step<4>(
       l, kOp, a.found_inf,
       [&](size_t k, int d) -> void* {
@@ -432,6 +436,8 @@ void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
   AG_CHECK(out.dtype() == kFloat32 && out.numel() == 1 && out.device().is_cuda(), kOp,
            "out must be a float32 tensor of one element on the device");
   check_list(xs, kOp);
+  AG_CHECK(xs.empty() || xs[0].device() == out.device(), kOp, "out must be on the tensors' device, got ",
+           out.device(), " and ", xs.empty() ? out.device() : xs[0].device());
   const Device dev = out.device();
   DeviceGuard guard(dev.index, kOp);
   const cudaStream_t stream = stream_of(dev);
