@@ -114,6 +114,9 @@ DeviceError* slot_storage(int device_index) {
     DeviceGuard guard(device_index, "cuda");
     AG_CUDA_CHECK("cuda", cudaMalloc(&s, sizeof(DeviceError)));
     AG_CUDA_CHECK("cuda", cudaMemset(s, 0, sizeof(DeviceError)));
+    // cudaMemset of device memory is asynchronous and on the default stream, which kernels
+    // on non-blocking streams do not wait for: wait, or a first report could be wiped.
+    AG_CUDA_CHECK("cuda", cudaStreamSynchronize(nullptr));
   }
   return s;
 }
@@ -135,6 +138,7 @@ void raise_device_errors(int device_index) {
   AG_CUDA_CHECK("cuda", cudaMemcpy(&e, slot, sizeof e, cudaMemcpyDeviceToHost));
   if (e.code == 0) return;
   AG_CUDA_CHECK("cuda", cudaMemset(slot, 0, sizeof(DeviceError)));
+  AG_CUDA_CHECK("cuda", cudaStreamSynchronize(nullptr));  // cleared before any later kernel runs (see above)
   AG_ERROR(error_op_name(e.code), "index ", e.value, " is out of range for a dimension of size ", e.bound,
            " (found on cuda:", device_index, ")");
 }
