@@ -548,10 +548,12 @@ Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& 
         }
         for (int64_t oh = 0; oh < d.OH; ++oh) {
           const int64_t hs = th.start[size_t(oh)], kh0 = th.k0[size_t(oh)], kh1 = th.k1[size_t(oh)];
-          // -inf at the first tap inside the input; later taps in row-major order.
+          // -inf at the first tap inside the input; later taps in row-major order. A window
+          // with no tap inside the input (dilation can skip over it) routes no gradient: -1.
           for (int64_t ow = 0; ow < d.OW; ++ow) {
             best[size_t(ow)] = -std::numeric_limits<A>::infinity();
-            bi[size_t(ow)] = int32_t((hs + kh0 * dh) * d.W + tw.start[size_t(ow)] + tw.k0[size_t(ow)] * dw);
+            const bool any_tap = kh0 < kh1 && tw.k0[size_t(ow)] < tw.k1[size_t(ow)];
+            bi[size_t(ow)] = any_tap ? int32_t((hs + kh0 * dh) * d.W + tw.start[size_t(ow)] + tw.k0[size_t(ow)] * dw) : -1;
           }
           for (int64_t kh = kh0; kh < kh1; ++kh)
             for (int64_t kw = 0; kw < p.kernel[1]; ++kw)

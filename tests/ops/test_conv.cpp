@@ -357,6 +357,21 @@ TEST(Pool, MaxRoutesGradientToEachWindowsMaximum) {
   EXPECT_TRUE(std::isnan(max_pool2d(n, {2, 2}).item<double>()));
 }
 
+TEST(Pool, MaxWindowWithNoInputTapRoutesNoGradient) {
+  // Width 1, kernel 2 with dilation 2 and padding 1: the one window per row taps columns -1
+  // and 1, both outside the input. Its output is -inf and its gradient goes nowhere (an index
+  // built from the first column tap would land on the next row's element).
+  for (DType dt : {kFloat64, kFloat32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor x = from_vector<double>({1, 2, 3}, {1, 1, 3, 1}).to(dt).detach().requires_grad_();
+    Tensor y = max_pool2d(x, {1, 2}, {1, 1}, {0, 1}, {1, 2});
+    ASSERT_EQ(y.sizes(), Shape({1, 1, 3, 1}));
+    for (double v : y.to(kFloat64).to_vector<double>()) EXPECT_EQ(v, -INFINITY);
+    y.backward(ones_like(y));
+    EXPECT_EQ(x.grad().to(kFloat64).to_vector<double>(), std::vector<double>({0, 0, 0}));
+  }
+}
+
 TEST(Pool, HalfPrecisionMatchesFloat32) {
   manual_seed(38);
   for (DType dt : {kBFloat16, kFloat16}) {
