@@ -16,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -139,5 +140,14 @@ inline int pow2_at_least(int64_t n, int cap) {
   while (p < cap && p < n) p <<= 1;
   return p;
 }
+
+// Device math in the accumulation type (float or double), shared by the reductions and the
+// normalisation kernels.
+__device__ __forceinline__ float d_exp(float v) { return expf(v); }
+__device__ __forceinline__ double d_exp(double v) { return exp(v); }
+__device__ __forceinline__ float d_log(float v) { return logf(v); }
+__device__ __forceinline__ double d_log(double v) { return log(v); }
+__device__ __forceinline__ float d_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double d_sqrt(double v) { return sqrt(v); }
 
 }  // namespace ampgrad::cuda

@@ -30,12 +30,6 @@ namespace {
 
 using kernels::Split3;
 
-__device__ __forceinline__ float n_exp(float v) { return expf(v); }
-__device__ __forceinline__ double n_exp(double v) { return exp(v); }
-__device__ __forceinline__ float n_log(float v) { return logf(v); }
-__device__ __forceinline__ double n_log(double v) { return log(v); }
-__device__ __forceinline__ float n_sqrt(float v) { return sqrtf(v); }
-__device__ __forceinline__ double n_sqrt(double v) { return sqrt(v); }
 
 struct SumF {
   template <class A>
@@ -88,17 +82,17 @@ __global__ void __launch_bounds__(512) softmax_rows_kernel(const D* __restrict__
     m = group_allreduce(m, MaxF{}, smem);
     A s = 0;
     if (active)
-      for (int64_t i = threadIdx.x; i < n; i += G) s += n_exp(convert<A>(xr[i]) - m);
+      for (int64_t i = threadIdx.x; i < n; i += G) s += d_exp(convert<A>(xr[i]) - m);
     s = group_allreduce(s, SumF{}, smem);
     if (!active) continue;
     D* yr = y + row * n;
     if constexpr (kLog) {
       // (x - max) - log(sum): x - max is exact near the max, so large inputs keep precision
-      const A ls = n_log(s);
+      const A ls = d_log(s);
       for (int64_t i = threadIdx.x; i < n; i += G) yr[i] = convert<D>((convert<A>(xr[i]) - m) - ls);
     } else {
       const A inv = A(1) / s;
-      for (int64_t i = threadIdx.x; i < n; i += G) yr[i] = convert<D>(n_exp(convert<A>(xr[i]) - m) * inv);
+      for (int64_t i = threadIdx.x; i < n; i += G) yr[i] = convert<D>(d_exp(convert<A>(xr[i]) - m) * inv);
     }
   }
 }
@@ -123,17 +117,17 @@ __global__ void __launch_bounds__(512) softmax_cols_kernel(const D* __restrict__
     m = column_allreduce(m, MaxF{}, smem);
     A s = 0;
     if (active)
-      for (int64_t i = threadIdx.y; i < n; i += BY) s += n_exp(convert<A>(x[base + i * inner]) - m);
+      for (int64_t i = threadIdx.y; i < n; i += BY) s += d_exp(convert<A>(x[base + i * inner]) - m);
     s = column_allreduce(s, SumF{}, smem);
     if (!active) continue;
     if constexpr (kLog) {
-      const A ls = n_log(s);
+      const A ls = d_log(s);
       for (int64_t i = threadIdx.y; i < n; i += BY)
         y[base + i * inner] = convert<D>((convert<A>(x[base + i * inner]) - m) - ls);
     } else {
       const A inv = A(1) / s;
       for (int64_t i = threadIdx.y; i < n; i += BY)
-        y[base + i * inner] = convert<D>(n_exp(convert<A>(x[base + i * inner]) - m) * inv);
+        y[base + i * inner] = convert<D>(d_exp(convert<A>(x[base + i * inner]) - m) * inv);
     }
   }
 }
@@ -146,7 +140,7 @@ __device__ __forceinline__ A softmax_grad_term(A g, A y) {
 }
 template <class A, bool kLog>
 __device__ __forceinline__ A softmax_grad(A g, A y, A acc) {
-  if constexpr (kLog) return g - n_exp(y) * acc;
+  if constexpr (kLog) return g - d_exp(y) * acc;
   else return y * (g - acc);
 }
 
@@ -261,7 +255,7 @@ __global__ void __launch_bounds__(512) layer_norm_kernel(const D* __restrict__ x
       }
     const A var = group_allreduce(q, SumF{}, smem) / A(inner);
     if (!active) continue;
-    const A rs = A(1) / n_sqrt(var + A(eps));
+    const A rs = A(1) / d_sqrt(var + A(eps));
     D* yr = y + row * inner;
     for (int64_t i = threadIdx.x; i < inner; i += G) {
       A t = (convert<A>(xr[i]) - mu) * rs;

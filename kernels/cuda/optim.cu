@@ -35,6 +35,18 @@ struct TensorChunks {
   int block_chunk[kMaxBlocks];
 };
 
+// The tensor, and the element range of its chunk, that this block works on.
+struct Chunk {
+  int k;
+  int64_t begin, end;
+};
+template <int kDepth>
+__device__ __forceinline__ Chunk chunk_of(const TensorChunks<kDepth>& m) {
+  const int k = m.block_tensor[blockIdx.x];
+  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
+  return {k, begin, min(begin + kChunk, m.numel[k])};
+}
+
 // Calls launch(meta, blocks) for successive packs of the tensors' chunks. ptrs(k, d) gives
 // pointer d of tensor k (null where a tensor has no such state).
 template <int kDepth, class Ptrs, class Launch>
@@ -119,9 +131,7 @@ template <class T>
 __global__ void sgd_kernel(TensorChunks<4> m, SgdArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
-  const int k = m.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, m.numel[k]);
+  const auto [k, begin, end] = chunk_of(m);
   T* p = static_cast<T*>(m.ptr[0][k]);
   const T* g = static_cast<const T*>(m.ptr[1][k]);
   float* buf = static_cast<float*>(m.ptr[2][k]);
@@ -154,9 +164,7 @@ template <class T>
 __global__ void adam_kernel(TensorChunks<5> m, AdamArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
-  const int k = m.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, m.numel[k]);
+  const auto [k, begin, end] = chunk_of(m);
   T* p = static_cast<T*>(m.ptr[0][k]);
   const T* g = static_cast<const T*>(m.ptr[1][k]);
   float* m1 = static_cast<float*>(m.ptr[2][k]);
@@ -323,9 +331,7 @@ namespace {
 template <class T>
 __global__ void scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
   using A = dacc_t<T>;
-  const int k = m.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, m.numel[k]);
+  const auto [k, begin, end] = chunk_of(m);
   T* x = static_cast<T*>(m.ptr[0][k]);
   const A f = A(factor.get());
   bool bad = false;
@@ -341,9 +347,7 @@ __global__ void scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float
 template <class T>
 __global__ void square_sum_kernel(TensorChunks<1> m, double* partial, int first_block) {
   using A = dacc_t<T>;
-  const int k = m.block_tensor[blockIdx.x];
-  const int64_t begin = int64_t(m.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, m.numel[k]);
+  const auto [k, begin, end] = chunk_of(m);
   const T* x = static_cast<const T*>(m.ptr[0][k]);
   A acc = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {

@@ -139,14 +139,6 @@ __device__ __forceinline__ int64_t reduced_offset(const Plan& p, int64_t r) {
   return off;
 }
 
-// ---- device math in the accumulation type ------------------------------------------------
-
-__device__ __forceinline__ float d_exp(float v) { return expf(v); }
-__device__ __forceinline__ double d_exp(double v) { return exp(v); }
-__device__ __forceinline__ float d_log(float v) { return logf(v); }
-__device__ __forceinline__ double d_log(double v) { return log(v); }
-__device__ __forceinline__ float d_sqrt(float v) { return sqrtf(v); }
-__device__ __forceinline__ double d_sqrt(double v) { return sqrt(v); }
 __device__ __forceinline__ float d_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double d_pow(double a, double b) { return pow(a, b); }
 __device__ __forceinline__ float d_abs(float v) { return fabsf(v); }
