@@ -1,4 +1,5 @@
-// Matmul throughput: ag::matmul against a raw oneDNN matmul primitive, the ceiling on CPU.
+// Matmul throughput: ag::matmul against a raw oneDNN matmul primitive, the ceiling on CPU;
+// and the feed-forward block fused against module by module (see BM_feed_forward).
 //
 // Cases are named "matmul/<dtype>/<N>/<impl>" (impl: ampgrad or onednn) so that
 // scripts/bench_table.py pairs each ampgrad case with its peer. Square N x N row-major
@@ -14,6 +15,7 @@
 
 #include <ampgrad/ampgrad.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -93,7 +95,45 @@ void BM_matmul_onednn(benchmark::State& state, ag::DType, int64_t) {
 }
 #endif
 
+// A transformer feed-forward block, forward and backward, as nn::Sequential runs it: fused
+// (one feed_forward op) or module by module (set_fusion(false)), on the same parameters and
+// input. Rows: [2048, 256] -> 1024 -> 256 (the small GPT preset's tokens per batch) with
+// GELU, and the trainer MLP's 784 -> 512 -> 256 with ReLU on a batch of 128.
+void BM_feed_forward(benchmark::State& state, ag::DType dt, bool gelu, bool fused) {
+  try {
+    ag::manual_seed(0);
+    const int64_t rows = gelu ? 2048 : 128, in = gelu ? 256 : 784, hidden = gelu ? 1024 : 512, out = 256;
+    ag::nn::ModulePtr act = gelu ? ag::nn::ModulePtr(std::make_shared<ag::nn::GELU>()) : std::make_shared<ag::nn::ReLU>();
+    auto block = std::make_shared<ag::nn::Sequential>(std::vector<ag::nn::ModulePtr>{
+        std::make_shared<ag::nn::Linear>(in, hidden), act, std::make_shared<ag::nn::Linear>(hidden, out)});
+    block->to(dt);
+    block->set_fusion(fused);
+    const ag::Tensor x = ag::randn({rows, in}, dt);
+    auto step = [&] {
+      block->zero_grad();
+      ag::Tensor y = block->forward(x);
+      y.sum().backward();
+    };
+    step();
+    for (auto _ : state) step();
+    const double flops = 3 * 2.0 * double(rows) * double(in * hidden + hidden * out);  // forward + two backward GEMMs
+    state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void register_all() {
+  for (ag::DType dt : kDTypes)
+    for (bool gelu : {true, false})
+      for (bool fused : {true, false}) {
+        const std::string name = std::string("feed_forward/") + ag::dtype_name(dt) + (gelu ? "/gelu_2048x256x1024" : "/relu_128x784x512") +
+                                 (fused ? "/fused" : "/modules");
+        benchmark::RegisterBenchmark(name.c_str(), [dt, gelu, fused](benchmark::State& st) { BM_feed_forward(st, dt, gelu, fused); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(0.2);
+      }
   for (ag::DType dt : kDTypes) {
     for (int64_t n : kSizes) {
       const std::string base = std::string("matmul/") + ag::dtype_name(dt) + "/" + std::to_string(n);

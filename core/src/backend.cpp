@@ -1,6 +1,8 @@
 // Backend selection, and the defaults that a backend without an entry point inherits.
 #include "ampgrad/backend.h"
 
+#include "internal.h"
+
 namespace ampgrad {
 
 Backend& backend(DeviceType type, const char* op) {
@@ -58,6 +60,8 @@ void Backend::gather(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_
 void Backend::scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("scatter_add"); }
 void Backend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("matmul"); }
 void Backend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("linear"); }
+Tensor Backend::linear_act(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, bool) { AG_MISSING("linear"); }
+void Backend::linear_act_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&) { AG_MISSING("linear"); }
 void Backend::conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
 void Backend::conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
 void Backend::conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
@@ -87,6 +91,39 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
   if (found_inf.defined())
     AG_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1, op,
              "found_inf must be a float32 tensor of one element");
+}
+
+// ---- composed forms of the fused entries ------------------------------------------------
+
+Tensor Backend::linear_act_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                                    const Tensor& out, bool keep) {
+  const bool keep_pre = keep && !activation_grad_reads_output(act);
+  Tensor pre = keep_pre ? make_tensor(out.sizes(), out.dtype(), out.device()) : out;
+  linear(x, weight, bias, pre);
+  unary(activation_op(act), pre, out, {});  // in place when the pre-activation is not kept
+  return keep_pre ? pre : Tensor();
+}
+
+void Backend::linear_act_backward_composed(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                           const Tensor& pre, Activation act, const Tensor& grad_pre,
+                                           const Tensor& grad_bias) {
+  const Tensor& saved = activation_grad_reads_output(act) ? out : pre;
+  AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act), " needs the ",
+           activation_grad_reads_output(act) ? "output" : "pre-activation", ", which was not kept");
+  const int64_t M = grad_pre.size(0), N = grad_pre.size(1);
+  if (next_weight.defined()) {
+    const int64_t N2 = g.size(1);
+    matmul(detail::make_view(g, {1, M, N2}, {0, g.stride(0), g.stride(1)}, g.storage_offset()),
+           detail::make_view(next_weight, {1, N2, N}, {0, next_weight.stride(0), next_weight.stride(1)},
+                             next_weight.storage_offset()),
+           detail::make_view(grad_pre, {1, M, N}, {M * N, N, 1}, grad_pre.storage_offset()));
+    binary(activation_backward_op(act), grad_pre, saved, grad_pre);
+  } else {
+    binary(activation_backward_op(act), g, saved, grad_pre);
+  }
+  if (grad_bias.defined())
+    reduce(ReduceOp::Sum, grad_pre, Shape{0}, detail::make_view(grad_bias, {1, N}, {N, 1}, grad_bias.storage_offset()),
+           {});
 }
 
 }  // namespace ampgrad

@@ -3,6 +3,7 @@
 
 #include "ampgrad/device.h"
 #include "ampgrad/dtype.h"
+#include "ampgrad/error.h"
 #include "ampgrad/op_kinds.h"
 
 namespace ampgrad {
@@ -87,5 +88,37 @@ const char* op_name(ReduceOp op) {
   return "?";
 }
 #undef AG_NAME_CASE
+
+namespace {
+// One row per activation: its name, forward op, gradient op, and what the gradient reads.
+struct ActivationRow {
+  const char* name;
+  UnaryOp op;
+  BinaryOp backward;
+  bool reads_output;
+};
+const ActivationRow& activation_row(Activation a) {
+  static const ActivationRow rows[] = {
+      {"none", UnaryOp::Neg, BinaryOp::Add, false},  // never asked for its ops
+      {"relu", UnaryOp::Relu, BinaryOp::ReluBackward, true},
+      {"gelu", UnaryOp::GeluErf, BinaryOp::GeluErfBackward, false},
+      {"gelu_tanh", UnaryOp::GeluTanh, BinaryOp::GeluTanhBackward, false},
+  };
+  const auto i = size_t(a);
+  AG_CHECK(i < sizeof rows / sizeof rows[0], "activation", "unknown activation ", int(i));
+  return rows[i];
+}
+}  // namespace
+
+const char* activation_name(Activation a) { return activation_row(a).name; }
+UnaryOp activation_op(Activation a) {
+  AG_CHECK(a != Activation::None, "activation", "the activation 'none' has no op");
+  return activation_row(a).op;
+}
+BinaryOp activation_backward_op(Activation a) {
+  AG_CHECK(a != Activation::None, "activation", "the activation 'none' has no gradient op");
+  return activation_row(a).backward;
+}
+bool activation_grad_reads_output(Activation a) { return activation_row(a).reads_output; }
 
 }  // namespace ampgrad

@@ -146,6 +146,14 @@ void CpuBackend::fill(const Tensor& dst, double value) {
   });
 }
 
+// ---- the gradient of linear_act: one GEMM, then one fused pass and the bias sum ---------------
+
+void CpuBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                     const Tensor& saved, Activation act, const Tensor& grad_pre,
+                                     const Tensor& grad_bias) {
+  linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
+}
+
 // ---- events: the steady clock at record time ---------------------------------------------
 
 namespace {

@@ -12,6 +12,10 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { e
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   eigen_linear(x, weight, bias, out);
 }
+Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                              const Tensor& out, bool keep) {
+  return linear_act_composed(x, weight, bias, act, out, keep);
+}
 }  // namespace ampgrad::cpu
 
 namespace ampgrad::detail {

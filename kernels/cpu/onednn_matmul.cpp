@@ -3,8 +3,10 @@
 // Operands are described to oneDNN with their own strides, so transposed views (the
 // backward's a^T and b^T, linear's weight^T) are read in place; a broadcast batch (stride
 // 0) becomes a batch dim of 1, which oneDNN broadcasts. float32 and bfloat16 run natively
-// with float32 accumulation; linear passes its bias to the primitive (fused). Primitives
-// are cached per problem (onednn_cache.h).
+// with float32 accumulation; linear passes its bias to the primitive (fused), and
+// linear_act its activation as an eltwise post-op (ReLU always; GELU when the
+// pre-activation need not be kept, since a post-op writes only the activated result).
+// Primitives are cached per problem (onednn_cache.h).
 //
 // Fallbacks: float64 goes to the Eigen GEMM (oneDNN has no f64 matmul). A oneDNN float16
 // matmul needs AVX512-FP16 (or AMX-FP16); where the primitive cannot be created (CPUs
@@ -34,8 +36,19 @@ memory::desc operand_md(bool batched, int64_t B, int64_t R, int64_t C, const Mat
                    : memory::desc({B, R, C}, t, {L.bs, L.rs, L.cs});
 }
 
-// t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands).
-std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias) {
+dnnl::algorithm post_op_algorithm(Activation act) {
+  switch (act) {
+    case Activation::Relu: return dnnl::algorithm::eltwise_relu;
+    case Activation::GeluErf: return dnnl::algorithm::eltwise_gelu_erf;
+    case Activation::GeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
+    case Activation::None: break;
+  }
+  AG_ERROR("linear", "no oneDNN post-op for the activation ", activation_name(act));
+}
+
+// t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands);
+// act: an activation applied as a post-op (None: none).
+std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, Activation act) {
   const bool batched = g.B > 1;
   const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
   const memory::desc w = operand_md(batched, g.B, g.K, g.N, g.w, t);
@@ -45,7 +58,13 @@ std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias) {
                                  : memory::desc({1, g.N}, t, {g.N, 1});
   try {
     const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a, w, b, d) : dnnl::matmul::desc(a, w, d);
-    const dnnl::matmul::primitive_desc pd(desc, engine());
+    dnnl::primitive_attr attr;
+    if (act != Activation::None) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.f, post_op_algorithm(act), 0.f, 0.f);
+      attr.set_post_ops(po);
+    }
+    const dnnl::matmul::primitive_desc pd(desc, attr, engine());
     if (is_reference(pd)) return std::make_shared<Prim>();
     std::vector<std::pair<int, memory::desc>> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}};
     if (bias) args.push_back({DNNL_ARG_BIAS, b});
@@ -57,10 +76,12 @@ std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias) {
   }
 }
 
-void run(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out, const char* op);
+void run(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out, const char* op,
+         Activation act = Activation::None);
 
 // The same product on float32 copies, rounded once into out (written directly when float32).
-void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, const char* op) {
+void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, const char* op,
+                  Activation act) {
   const bool direct = out.dtype() == kFloat32;
   Tensor of = direct ? out : make_tensor(out.sizes(), kFloat32, out.device());
   Tensor bf;
@@ -68,31 +89,38 @@ void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Te
     bf = make_tensor(bias.sizes(), kFloat32, bias.device());
     cpu_backend().copy(bias, bf);
   }
-  run(float_copy(a), float_copy(w), bf, of, op);
+  run(float_copy(a), float_copy(w), bf, of, op, act);
   if (!direct) cpu_backend().copy(of, out);
 }
 
-// out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]).
-void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op) {
+// eigen_matmul, then the activation in place.
+void eigen_with(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, Activation act) {
+  eigen_matmul(a, w, out, bias);
+  if (act != Activation::None) cpu_backend().unary(activation_op(act), out, out, {});
+}
+
+// out [B, M, N] = act(a [B, M, K] @ w [B, K, N] (+ bias [N])).
+void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op, Activation act) {
   if (out.numel() == 0) return;
   const DType dtype = a0.dtype();
-  if (dtype == kFloat64) return eigen_matmul(a0, w0, out, bias0);
+  if (dtype == kFloat64) return eigen_with(a0, w0, bias0, out, act);
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
   const Tensor bias = bias0.defined() ? detail::contiguous_raw(bias0) : bias0;
   const MatmulGeom g = matmul_geom(a, w);
   if (g.K == 0) {  // an empty sum: zeros, plus the bias
     if (bias.defined()) cpu_backend().copy(detail::expand_raw(bias, out.sizes()), out);
     else cpu_backend().fill(out, 0);
+    if (act != Activation::None) cpu_backend().unary(activation_op(act), out, out, {});
     return;
   }
   Key key;
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
-      << g.w.rs << g.w.cs << bias.defined();
+      << g.w.rs << g.w.cs << bias.defined() << int64_t(act);
   std::shared_ptr<Prim> prim =
-      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined()); }); });
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act); }); });
   if (!prim->ok()) {
-    if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op);
-    return eigen_matmul(a, w, out, bias);  // float32 that oneDNN only has a reference kernel for
+    if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op, act);
+    return eigen_with(a, w, bias, out, act);  // float32 that oneDNN only has a reference kernel for
   }
   if (bias.defined())
     prim->execute({a.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data()}, op);
@@ -107,6 +135,14 @@ void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { r
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   const LinearAsMatmul v(x, weight, out);
   run(v.a, v.w, bias, v.out, "linear");
+}
+
+Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                              const Tensor& out, bool keep) {
+  if (keep && !activation_grad_reads_output(act)) return linear_act_composed(x, weight, bias, act, out, keep);
+  const LinearAsMatmul v(x, weight, out);
+  run(v.a, v.w, bias, v.out, "linear", act);
+  return Tensor();
 }
 
 }  // namespace ampgrad::cpu

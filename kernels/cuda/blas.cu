@@ -22,6 +22,14 @@
 // column-major out^T, that is per output feature). Where cuBLASLt offers no algorithm with
 // the epilogue, the product runs without it and a small kernel adds the bias.
 //
+// linear_act applies ReLU or tanh-form GELU in the epilogue too (cuBLASLt's GELU is the
+// tanh form, so the erf form runs as bias epilogue plus the GELU kernel). For training it
+// keeps what the gradient needs: RELU_AUX writes a bit mask of the positive elements (one
+// bit each, leading dimension rounded up to 128 bits), GELU_AUX the pre-activation. The
+// gradient through the next product, act'(h) * (g @ next_weight), is one GEMM with the
+// DRELU_BGRAD / DGELU_BGRAD epilogue, which also sums the bias gradient. Any case without
+// an algorithm (or with a leading dimension cuBLASLt refuses) takes Backend's composed form.
+//
 // Caching. One cuBLASLt handle per device; one 32 MiB workspace per (device, stream),
 // allocated once with cudaMalloc, so that products on different streams never share
 // scratch memory; and one plan per problem (descriptors, layouts and the heuristic's
@@ -162,23 +170,34 @@ int64_t alignment(const void* p) {
 
 // ---- plans ------------------------------------------------------------------------------
 
+// An epilogue and the buffers it reads or writes.
+struct Epi {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // *BIAS: the bias (read); *BGRAD: the bias gradient (written)
+  void* aux = nullptr;         // *_AUX: written; DRELU/DGELU: read
+  int64_t aux_ld = 0;          // in elements (bits for the ReLU mask)
+  bool uses_bias() const { return (kind & (CUBLASLT_EPILOGUE_BIAS | 16)) != 0; }  // 16: the BGRAD bit
+  bool bias_grad() const { return (kind & 16) != 0; }
+  bool uses_aux() const { return (kind & 128) != 0; }
+};
+
 // One problem, as the plan cache knows it.
 struct Problem {
   int device = 0;
   DType dtype = kFloat32, out_dtype = kFloat32;
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  bool bias = false;
+  Epi epi;
   int64_t B = 1, M = 0, K = 0, N = 0;
   const Mat* a = nullptr;  // [B, M, K]
   const Mat* w = nullptr;  // [B, K, N]
   const void* out = nullptr;
-  const void* bias_ptr = nullptr;
 
-  using Key = std::array<int64_t, 19>;
+  using Key = std::array<int64_t, 21>;
   Key key() const {
-    return {device, int64_t(dtype), int64_t(out_dtype), int64_t(compute), int64_t(bias), B, M, K, N,
+    return {device, int64_t(dtype), int64_t(out_dtype), int64_t(compute), int64_t(epi.kind), B, M, K, N,
             a->row_major, a->ld, a->bs, w->row_major, w->ld, w->bs, alignment(a->ptr), alignment(w->ptr),
-            alignment(out), bias ? alignment(bias_ptr) : 0};
+            alignment(out), epi.uses_bias() ? alignment(epi.bias) : 0, epi.uses_aux() ? alignment(epi.aux) : 0,
+            epi.aux_ld};
   }
 };
 
@@ -194,8 +213,8 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;  // cuBLASLt's A (w), B (a), C = D (out)
   cublasLtMatmulAlgo_t algo{};
-  bool fused_bias = false;  // the epilogue adds the bias
-  std::mutex mu;            // the bias pointer lives in desc: set and enqueue under it
+  bool ok = false;  // false: cuBLASLt has no algorithm for the problem with its epilogue
+  std::mutex mu;    // the epilogue's pointers live in desc: set and enqueue under it
 };
 
 template <class V>
@@ -219,9 +238,15 @@ cublasLtMatrixLayout_t make_layout(const char* op, cudaDataType t, int64_t rows,
   return l;
 }
 
-// Builds the descriptors and asks the heuristic for an algorithm, with the bias epilogue
-// when `fuse`. Returns false (the plan's handles released) when cuBLASLt has none.
-bool build(const Problem& p, bool fuse, Plan& plan, cublasLtHandle_t h, const char* op) {
+// Points desc at the epilogue's buffers (at plan time their alignment guides the heuristic).
+void set_epilogue_pointers(const char* op, cublasLtMatmulDesc_t desc, const Epi& e) {
+  if (e.uses_bias()) set_desc(op, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, e.bias);
+  if (e.uses_aux()) set_desc(op, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, e.aux);
+}
+
+// Builds the descriptors and asks the heuristic for an algorithm with the problem's
+// epilogue. Returns false (the plan's handles released) when cuBLASLt has none.
+bool build(const Problem& p, Plan& plan, cublasLtHandle_t h, const char* op) {
   const cudaDataType t = cuda_type(p.dtype, op), td = cuda_type(p.out_dtype, op);
   const cudaDataType scale = p.dtype == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
   AG_CUDA_CHECK(op, cublasLtMatmulDescCreate(&plan.desc, p.compute, scale));
@@ -230,10 +255,11 @@ bool build(const Problem& p, bool fuse, Plan& plan, cublasLtHandle_t h, const ch
   const int32_t tb = p.a->row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, ta);
   set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, tb);
-  if (fuse) {
-    set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(t));
-    set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_ptr);  // its alignment guides the heuristic
+  if (p.epi.kind != CUBLASLT_EPILOGUE_DEFAULT) {
+    set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, p.epi.kind);
+    if (p.epi.uses_bias() && !p.epi.bias_grad()) set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(t));
+    if (p.epi.uses_aux()) set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(p.epi.aux_ld));
+    set_epilogue_pointers(op, plan.desc, p.epi);
   }
   plan.la = p.w->row_major ? make_layout(op, t, p.N, p.K, p.w->ld, p.B, p.w->bs)
                            : make_layout(op, t, p.K, p.N, p.w->ld, p.B, p.w->bs);
@@ -263,7 +289,7 @@ bool build(const Problem& p, bool fuse, Plan& plan, cublasLtHandle_t h, const ch
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) AG_CUDA_CHECK(op, st);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     plan.algo = result.algo;
-    plan.fused_bias = fuse;
+    plan.ok = true;
     return true;
   }
   cublasLtMatmulDescDestroy(plan.desc);
@@ -275,7 +301,8 @@ bool build(const Problem& p, bool fuse, Plan& plan, cublasLtHandle_t h, const ch
   return false;
 }
 
-// The cached plan of a problem, built on first use. Plans live for the process.
+// The cached plan of a problem, built on first use (a plan without an algorithm is cached
+// too, so the heuristic is asked once). Plans live for the process.
 Plan& get_plan(const Problem& p, cublasLtHandle_t h, const char* op) {
   static std::mutex mu;
   static auto* cache = new std::unordered_map<Problem::Key, std::unique_ptr<Plan>, KeyHash>();
@@ -284,10 +311,7 @@ Plan& get_plan(const Problem& p, cublasLtHandle_t h, const char* op) {
   auto it = cache->find(key);
   if (it != cache->end()) return *it->second;
   auto plan = std::make_unique<Plan>();
-  if (!(p.bias && build(p, true, *plan, h, op)) && !build(p, false, *plan, h, op))
-    AG_ERROR(op, "cuBLASLt has no algorithm for ", dtype_name(p.dtype), " [", p.B, ", ", p.M, ", ", p.K, "] @ [", p.B,
-             ", ", p.K, ", ", p.N, "] -> ", dtype_name(p.out_dtype), " (leading dimensions ", p.a->ld, " and ", p.w->ld,
-             ")");
+  build(p, *plan, h, op);
   return *cache->emplace(key, std::move(plan)).first->second;
 }
 
@@ -316,19 +340,14 @@ void launch_add_bias(const Tensor& bias, const Tensor& out, int64_t n_total, int
 
 // ---- the product ------------------------------------------------------------------------
 
-// out [B, M, N] (contiguous) = a [B, M, K] @ w [B, K, N] (+ bias [N]).
-void run(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor& bias, const Tensor& out,
-         DType dtype, const char* op) {
-  if (out.numel() == 0) return;
+// Queues out [B, M, N] (contiguous) = epi(a [B, M, K] @ w [B, K, N]), K > 0, and returns
+// true; returns false, queueing nothing, when cuBLASLt has no algorithm with epi.
+bool gemm(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Epi& epi, const Tensor& out, DType dtype,
+          const char* op) {
   const int device = out.device().index;
   DeviceGuard guard(device, op);
   const cudaStream_t stream = stream_of(out.device());
   (void)cuda_type(dtype, op);
-  if (K == 0) {  // an empty sum: zeros, plus the bias
-    if (bias.defined()) launch_add_bias(bias, out, out.numel(), N, false, stream, op);
-    else AG_CUDA_CHECK(op, cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
-    return;
-  }
   // A shared right operand and left batches stacked row after row: one tall GEMM.
   if (B > 1 && w.bs == 0 && a.row_major && a.bs == M * a.ld) {
     M *= B;
@@ -341,7 +360,7 @@ void run(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor&
   p.dtype = dtype;
   p.out_dtype = out.dtype();
   p.compute = compute_type(dtype);
-  p.bias = bias.defined();
+  p.epi = epi;
   p.B = B;
   p.M = M;
   p.K = K;
@@ -349,22 +368,49 @@ void run(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor&
   p.a = &a;
   p.w = &w;
   p.out = out.raw_data();
-  p.bias_ptr = p.bias ? bias.raw_data() : nullptr;
   const cublasLtHandle_t h = lt_handle(device, op);
-  void* ws = workspace(device, stream, op);
   Plan& plan = get_plan(p, h, op);
+  if (!plan.ok) return false;
+  void* ws = workspace(device, stream, op);
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
   const void* alpha = dtype == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = dtype == kFloat64 ? static_cast<const void*>(&zero_d) : &zero_f;
-  {
-    std::lock_guard<std::mutex> lock(plan.mu);
-    if (plan.fused_bias) set_desc(op, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_ptr);
-    AG_CUDA_CHECK(op, cublasLtMatmul(h, plan.desc, alpha, w.ptr, plan.la, a.ptr, plan.lb, beta, out.raw_data(),
-                                     plan.ld, out.raw_data(), plan.ld, &plan.algo, ws, kWorkspaceBytes, stream));
-  }
-  if (p.bias && !plan.fused_bias) launch_add_bias(bias, out, out.numel(), N, true, stream, op);
+  std::lock_guard<std::mutex> lock(plan.mu);
+  if (epi.kind != CUBLASLT_EPILOGUE_DEFAULT) set_epilogue_pointers(op, plan.desc, epi);
+  AG_CUDA_CHECK(op, cublasLtMatmul(h, plan.desc, alpha, w.ptr, plan.la, a.ptr, plan.lb, beta, out.raw_data(), plan.ld,
+                                   out.raw_data(), plan.ld, &plan.algo, ws, kWorkspaceBytes, stream));
+  return true;
 }
+
+// out [B, M, N] (contiguous) = a [B, M, K] @ w [B, K, N] (+ bias [N]).
+void run(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor& bias, const Tensor& out,
+         DType dtype, const char* op) {
+  if (out.numel() == 0) return;
+  DeviceGuard guard(out.device().index, op);
+  const cudaStream_t stream = stream_of(out.device());
+  (void)cuda_type(dtype, op);
+  if (K == 0) {  // an empty sum: zeros, plus the bias
+    if (bias.defined()) launch_add_bias(bias, out, out.numel(), N, false, stream, op);
+    else AG_CUDA_CHECK(op, cudaMemsetAsync(out.raw_data(), 0, out.nbytes(), stream));
+    return;
+  }
+  if (bias.defined() && gemm(a, w, B, M, K, N, Epi{CUBLASLT_EPILOGUE_BIAS, bias.raw_data()}, out, dtype, op)) return;
+  if (!gemm(a, w, B, M, K, N, Epi{}, out, dtype, op))
+    AG_ERROR(op, "cuBLASLt has no algorithm for ", dtype_name(dtype), " [", B, ", ", M, ", ", K, "] @ [", B, ", ", K,
+             ", ", N, "] -> ", dtype_name(out.dtype()), " (leading dimensions ", a.ld, " and ", w.ld, ")");
+  if (bias.defined()) launch_add_bias(bias, out, out.numel(), N, true, stream, op);
+}
+
+// The bias as the epilogue reads it: contiguous.
+Tensor packed_bias(const Tensor& bias) {
+  if (!bias.defined() || bias.stride(0) == 1 || bias.size(0) <= 1) return bias;
+  NoGradGuard no_grad;
+  return bias.contiguous();
+}
+
+// The ReLU mask's leading dimension: N bits rounded up to 128.
+int64_t relu_mask_ld(int64_t N) { return (N + 127) / 128 * 128; }
 
 }  // namespace
 
@@ -377,12 +423,58 @@ void CudaBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) {
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   if (out.numel() == 0) return;
   const Mat mx = linear_operand(x, false), mw = linear_operand(weight, true);
-  Tensor b = bias;
-  if (b.defined() && b.stride(0) != 1 && b.size(0) > 1) {
-    NoGradGuard no_grad;
-    b = b.contiguous();
+  run(mx, mw, 1, x.size(0), x.size(1), weight.size(0), packed_bias(bias), out, x.dtype(), "linear");
+}
+
+Tensor CudaBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                               const Tensor& out, bool keep) {
+  const int64_t M = x.size(0), K = x.size(1), N = weight.size(0);
+  const bool relu = act == Activation::Relu;
+  // The erf form of GELU, float64 and empty products have no epilogue form.
+  if (out.numel() == 0 || K == 0 || x.dtype() == kFloat64 || !(relu || act == Activation::GeluTanh) ||
+      (keep && !relu && N % 8 != 0))
+    return linear_act_composed(x, weight, bias, act, out, keep);
+  const Tensor b = packed_bias(bias);
+  const bool with_bias = b.defined();
+  Epi e;
+  e.bias = with_bias ? b.raw_data() : nullptr;
+  Tensor aux;
+  if (keep) {
+    aux = relu ? make_tensor({M * relu_mask_ld(N) / 8}, kUInt8, out.device()) : make_tensor(out.sizes(), out.dtype(), out.device());
+    e.aux = aux.raw_data();
+    e.aux_ld = relu ? relu_mask_ld(N) : N;
+    e.kind = relu ? (with_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
+                  : (with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+  } else {
+    e.kind = relu ? (with_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
+                  : (with_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
   }
-  run(mx, mw, 1, x.size(0), x.size(1), weight.size(0), b, out, x.dtype(), "linear");
+  if (gemm(linear_operand(x, false), linear_operand(weight, true), 1, M, K, N, e, out, x.dtype(), "linear")) return aux;
+  return linear_act_composed(x, weight, bias, act, out, keep);
+}
+
+void CudaBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                      const Tensor& saved, Activation act, const Tensor& grad_pre,
+                                      const Tensor& grad_bias) {
+  const int64_t M = grad_pre.size(0), N = grad_pre.size(1);
+  // A mask from RELU_AUX, or the pre-activation of tanh-form GELU: the epilogue reads it.
+  const bool relu_mask = act == Activation::Relu && saved.defined() && saved.dtype() == kUInt8;
+  const bool gelu_pre = act == Activation::GeluTanh && saved.defined() && N % 8 == 0;
+  if (next_weight.defined() && (relu_mask || gelu_pre) && grad_pre.numel() > 0 && g.size(1) > 0 &&
+      g.dtype() != kFloat64) {
+    Epi e;
+    const bool bgrad = grad_bias.defined();
+    e.kind = relu_mask ? (bgrad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU)
+                       : (bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU);
+    e.bias = bgrad ? grad_bias.raw_data() : nullptr;
+    e.aux = saved.raw_data();
+    e.aux_ld = relu_mask ? relu_mask_ld(N) : N;
+    if (gemm(linear_operand(g, false), linear_operand(next_weight, false), 1, M, g.size(1), N, e, grad_pre, g.dtype(),
+             "linear"))
+      return;
+  }
+  AG_CHECK(!relu_mask || out.defined(), "linear", "the ReLU gradient needs the output when the mask cannot be used");
+  linear_act_backward_composed(g, next_weight, out, relu_mask ? Tensor() : saved, act, grad_pre, grad_bias);
 }
 
 }  // namespace ampgrad::cuda

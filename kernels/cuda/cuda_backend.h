@@ -64,6 +64,10 @@ class CudaBackend final : public Backend {
 
   void matmul(const Tensor& a, const Tensor& w, const Tensor& out) override;
   void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) override;
+  Tensor linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act, const Tensor& out,
+                    bool keep) override;
+  void linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out, const Tensor& saved,
+                           Activation act, const Tensor& grad_pre, const Tensor& grad_bias) override;
 
   void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
               const Conv2dParams& p) override;

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
+#include <typeinfo>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/nn/layers.h"
+#include "ampgrad/ops/nn.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
 
@@ -195,9 +199,48 @@ void Sequential::push_back(ModulePtr m) {
   modules_.push_back(std::move(m));
 }
 
+namespace {
+// The module as a Linear, when it is exactly one.
+const Linear* as_linear(const ModulePtr& m) {
+  return m && typeid(*m) == typeid(Linear) ? static_cast<const Linear*>(m.get()) : nullptr;
+}
+// The activation of a module that is exactly a ReLU or a GELU with a valid form.
+std::optional<Activation> activation_of(const ModulePtr& m) {
+  if (!m) return std::nullopt;
+  if (typeid(*m) == typeid(ReLU)) return Activation::Relu;
+  if (typeid(*m) == typeid(GELU)) {
+    const std::string& a = static_cast<const GELU&>(*m).approximate;
+    if (a == "none") return Activation::GeluErf;
+    if (a == "tanh") return Activation::GeluTanh;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : modules_) h = m->forward(h);
+  const size_t n = modules_.size();
+  auto at = [&](size_t i) -> const ModulePtr& {
+    static const ModulePtr none;
+    return i < n ? modules_[i] : none;
+  };
+  for (size_t i = 0; i < n;) {
+    const Linear* l1 = fusion_ ? as_linear(at(i)) : nullptr;
+    const std::optional<Activation> act = l1 ? activation_of(at(i + 1)) : std::nullopt;
+    if (act) {
+      const Linear* l2 = as_linear(at(i + 2));
+      if (l2 && !activation_of(at(i + 3))) {
+        h = feed_forward(h, l1->weight, l1->bias, *act, l2->weight, l2->bias);
+        i += 3;
+      } else {
+        h = linear(h, l1->weight, l1->bias, *act);
+        i += 2;
+      }
+      continue;
+    }
+    h = modules_[i]->forward(h);
+    ++i;
+  }
   return h;
 }
 

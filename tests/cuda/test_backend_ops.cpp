@@ -255,6 +255,20 @@ std::vector<Case> all_cases() {
                                   [](const TensorList& x) { return TensorList{linear(x[0], x[1], x[2]), linear(x[0], x[1])}; },
                                   {uniform_in({17, 40}), uniform_in({24, 40}), uniform_in({24})}, dt, 8.0);
                }});
+  // linear with each activation (a result with 24 features takes cuBLASLt's epilogues, one
+  // with 13 the composed path) and feed_forward (DRELU_BGRAD / DGELU_BGRAD in its backward).
+  c.push_back({"linear_act", {"linear_act", "linear_act_backward", "linear", "matmul", "reduce"}, kFloats, [](DType dt) {
+                 for (Activation a : {Activation::Relu, Activation::GeluErf, Activation::GeluTanh})
+                   compare_backends(std::string("linear_act ") + activation_name(a),
+                                    [a](const TensorList& x) {
+                                      return TensorList{linear(x[0], x[1], x[2], a), linear(x[0], x[3], Tensor(), a),
+                                                        feed_forward(x[0], x[1], x[2], a, x[4], x[5]),
+                                                        feed_forward(x[0], x[3], Tensor(), a, x[6])};
+                                    },
+                                    {uniform_in({17, 40}), uniform_in({24, 40}), uniform_in({24}), uniform_in({13, 40}),
+                                     uniform_in({8, 24}), uniform_in({8}), uniform_in({5, 13})},
+                                    dt, 8.0);
+               }});
   // -- convolution and pooling
   c.push_back({"conv2d", {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"}, kFloats, [](DType dt) {
                  compare_backends("conv2d",

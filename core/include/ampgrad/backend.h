@@ -246,6 +246,21 @@ class Backend {
   virtual void matmul(const Tensor& a, const Tensor& w, const Tensor& out);
   /// out = x @ weight^T + bias: x [M, K], weight [N, K], bias [N] or undefined, out [M, N].
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
+  /// out = act(x @ weight^T + bias), shapes as in linear; act is not None. When `keep`, the
+  /// result is what linear_act_backward needs besides out: the pre-activation for GELU (out's
+  /// shape and dtype) on every backend; for ReLU nothing on the CPU and, on CUDA, the bit
+  /// mask of cuBLASLt's RELU_AUX epilogue where the product ran with it. Undefined when
+  /// nothing is needed or `keep` is false.
+  virtual Tensor linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                            const Tensor& out, bool keep);
+  /// The gradient of the pre-activation h of a linear_act (out = act(h), saved = its result):
+  /// grad_pre [M, N] = act'(h) * (g @ next_weight) for g [M, N2] and next_weight [N2, N]
+  /// (the product that read out: one GEMM with the activation's gradient in its epilogue),
+  /// or act'(h) * g for g [M, N] when next_weight is undefined. grad_bias [N], when defined,
+  /// receives the sum of grad_pre over rows. g and grad_pre are contiguous, in out's dtype.
+  virtual void linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                   const Tensor& saved, Activation act, const Tensor& grad_pre,
+                                   const Tensor& grad_bias);
 
   // ---- convolution and pooling (NCHW, contiguous inputs) ------------------------------
   virtual void conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
@@ -299,6 +314,17 @@ class Backend {
   /// (int64, one element) and found_inf (float32, one element; nonzero: an overflow).
   virtual void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                             const ScaleUpdateRule& rule);
+
+ protected:
+  // The two linear_act entries composed from this backend's own linear, matmul, unary, binary
+  // and reduce: what a backend runs where it has no fused form (the CPU for GELU with the
+  // pre-activation kept, CUDA where cuBLASLt offers no algorithm with the epilogue). The
+  // composed linear_act keeps the pre-activation for GELU and nothing for ReLU.
+  Tensor linear_act_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                             const Tensor& out, bool keep);
+  void linear_act_backward_composed(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                    const Tensor& pre, Activation act, const Tensor& grad_pre,
+                                    const Tensor& grad_bias);
 };
 
 /// The backend of a device type. `op` names the caller in the error raised when the device

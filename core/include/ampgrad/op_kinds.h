@@ -82,6 +82,21 @@ const char* op_name(BinaryOp op);
 const char* op_name(CompareOp op);
 const char* op_name(ReduceOp op);
 
+// Activations a matrix product may apply in its epilogue (linear with an activation and
+// feed_forward, core/include/ampgrad/ops/nn.h). Each maps to one unary op for the forward
+// and one fused *Backward binary op for the gradient, so the math has one definition.
+enum class Activation : uint8_t { None, Relu, GeluErf, GeluTanh };
+
+/// "none", "relu", "gelu" (erf form) or "gelu_tanh".
+const char* activation_name(Activation a);
+/// The unary op of a (a is not None).
+UnaryOp activation_op(Activation a);
+/// The fused gradient op f(grad, saved) of a (a is not None).
+BinaryOp activation_backward_op(Activation a);
+/// True when the gradient reads the activation's output (ReLU); otherwise it reads its
+/// input, the pre-activation (GELU).
+bool activation_grad_reads_output(Activation a);
+
 struct UnaryParams {
   double a = 0;
   double b = 0;

@@ -126,31 +126,63 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   return squeeze(matmul(a, unsqueeze(b, 1)), -1);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2]);
-  detail::check_defined(x, "linear", "input");
-  detail::check_defined(weight, "linear", "weight");
-  detail::check_same_device(x, weight, "linear");
-  AG_CHECK(weight.dim() == 2, "linear", "weight must be 2-D [out_features, in_features], got shape ",
-           weight.sizes());
-  AG_CHECK(x.dim() >= 1, "linear", "input must have at least 1 dim, got shape ", x.sizes());
+namespace {
+
+// The checks of linear's operands; op names the caller.
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* op) {
+  detail::check_defined(x, op, "input");
+  detail::check_defined(weight, op, "weight");
+  detail::check_same_device(x, weight, op);
+  AG_CHECK(weight.dim() == 2, op, "weight must be 2-D [out_features, in_features], got shape ", weight.sizes());
+  AG_CHECK(x.dim() >= 1, op, "input must have at least 1 dim, got shape ", x.sizes());
   const int64_t K = weight.size(1), N = weight.size(0);
-  AG_CHECK(x.size(-1) == K, "linear", "cannot multiply shapes ", x.sizes(), " and ", weight.sizes(),
-           "^T: ", x.size(-1), " != ", K);
+  AG_CHECK(x.size(-1) == K, op, "cannot multiply shapes ", x.sizes(), " and ", weight.sizes(), "^T: ", x.size(-1),
+           " != ", K);
   if (bias.defined()) {
-    detail::check_same_device(x, bias, "linear");
-    AG_CHECK(x.dtype() == weight.dtype() && bias.dtype() == x.dtype(), "linear",
+    detail::check_same_device(x, bias, op);
+    AG_CHECK(x.dtype() == weight.dtype() && bias.dtype() == x.dtype(), op,
              "expected input, weight and bias to have one dtype, got ", dtype_name(x.dtype()), ", ",
              dtype_name(weight.dtype()), " and ", dtype_name(bias.dtype()));
-    AG_CHECK(bias.dim() == 1 && bias.size(0) == N, "linear", "bias must have shape [", N,
-             "] for weight of shape ", weight.sizes(), ", got ", bias.sizes());
+    AG_CHECK(bias.dim() == 1 && bias.size(0) == N, op, "bias must have shape [", N, "] for weight of shape ",
+             weight.sizes(), ", got ", bias.sizes());
   } else {
-    AG_CHECK(x.dtype() == weight.dtype(), "linear", "expected input and weight to have one dtype, got ",
+    AG_CHECK(x.dtype() == weight.dtype(), op, "expected input and weight to have one dtype, got ",
              dtype_name(x.dtype()), " and ", dtype_name(weight.dtype()));
   }
-  AG_CHECK(x.is_floating_point(), "linear", "expected floating operands, got ", dtype_name(x.dtype()));
+  AG_CHECK(x.is_floating_point(), op, "expected floating operands, got ", dtype_name(x.dtype()));
+}
 
-  const Tensor x2 = x.dim() == 2 ? x : reshape(x, {leading_rows(x), K});
+// x [..., K] as the [rows, K] matrix the backend multiplies.
+Tensor as_rows(const Tensor& x) { return x.dim() == 2 ? x : reshape(x, {leading_rows(x), x.size(-1)}); }
+
+// out2 [rows, N] back to x's leading dims.
+Tensor like_input(const Tensor& out2, const Tensor& x) {
+  if (x.dim() == 2) return out2;
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out2.size(1);
+  return reshape(out2, shape);
+}
+
+// The gradient of the pre-activation of out = act(h) [M, N] from g: the gradient of out
+// itself, or (next_weight [N2, N] defined) that of the product out @ next_weight^T. Also
+// that of h's bias when wanted. One backend call; `out` is read only for ReLU.
+std::pair<Tensor, Tensor> pre_activation_grad(const Tensor& g, const Tensor& next_weight, const Tensor& out,
+                                              const Tensor& saved, Activation act, bool want_bias) {
+  const Tensor gc = detail::contiguous_raw(g);
+  const int64_t N = next_weight.defined() ? next_weight.size(1) : gc.size(1);
+  Tensor gp = make_tensor({gc.size(0), N}, gc.dtype(), gc.device());
+  Tensor gb = want_bias ? make_tensor({N}, gc.dtype(), gc.device()) : Tensor();
+  backend(gc.device(), "linear").linear_act_backward(gc, next_weight, out, saved, act, gp, gb);
+  return {gp, gb};
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2]);
+  check_linear(x, weight, bias, "linear");
+  const int64_t N = weight.size(0);
+  const Tensor x2 = as_rows(x);
   Tensor out = make_tensor({x2.size(0), N}, x.dtype(), x.device());
   backend(x.device(), "linear").linear(x2, weight, bias, out);
   if (any_requires_grad({&x2, &weight, &bias}))
@@ -163,10 +195,80 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
              if (need[2]) gb = sum(g[0], {0});
              return {gx, gw, gb};
            });
-  if (x.dim() == 2) return out;
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = N;
-  return reshape(out, shape);
+  return like_input(out, x);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  if (act == Activation::None) return linear(x, weight, bias);
+  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2], act);
+  check_linear(x, weight, bias, "linear");
+  const Tensor x2 = as_rows(x);
+  Tensor out = make_tensor({x2.size(0), weight.size(0)}, x.dtype(), x.device());
+  const bool grad = any_requires_grad({&x2, &weight, &bias});
+  // aux: the pre-activation (GELU) or a backend's ReLU mask; internal, so kept by value.
+  // The single product's gradient reads out itself for ReLU, so only GELU keeps its input.
+  const Tensor aux =
+      backend(x.device(), "linear").linear_act(x2, weight, bias, act, out, grad && !activation_grad_reads_output(act));
+  if (grad)
+    record("linear", {x2, weight, bias}, {out},
+           [sx = detail::save_if(x2, weight.requires_grad()), sw = detail::save_if(weight, x2.requires_grad()),
+            sy = detail::save_if(out, activation_grad_reads_output(act)), aux, act, dx = gradient_dtype(x2),
+            dw = gradient_dtype(weight)](const TensorList& g, GradMask need) -> TensorList {
+             static const Tensor none;
+             const Tensor& y = sy.defined() ? sy.get() : none;
+             auto [gp, gb] = pre_activation_grad(g[0], Tensor(), y, aux, act, need[2]);
+             Tensor gx, gw;
+             if (need[0]) gx = matmul_nd(gp, sw.get(), dx);
+             if (need[1]) gw = matmul_nd(transpose(gp, 0, 1), sx.get(), dw);
+             return {gx, gw, gb};
+           });
+  return like_input(out, x);
+}
+
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
+                    const Tensor& b2) {
+  if (act == Activation::None) return linear(linear(x, w1, b1), w2, b2);
+  if (auto in = dispatch::autocast("feed_forward", std::vector<Tensor>{x, w1, b1, w2, b2}))
+    return feed_forward((*in)[0], (*in)[1], (*in)[2], act, (*in)[3], (*in)[4]);
+  check_linear(x, w1, b1, "feed_forward");
+  detail::check_defined(w2, "feed_forward", "second weight");
+  detail::check_same_device(x, w2, "feed_forward");
+  AG_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0), "feed_forward", "the second weight must have shape [out, ",
+           w1.size(0), "] after a first weight of shape ", w1.sizes(), ", got ", w2.sizes());
+  AG_CHECK(w2.dtype() == x.dtype(), "feed_forward", "expected both weights to have the input's dtype ",
+           dtype_name(x.dtype()), ", got ", dtype_name(w2.dtype()));
+  if (b2.defined()) {
+    detail::check_same_device(x, b2, "feed_forward");
+    AG_CHECK(b2.dtype() == x.dtype() && b2.dim() == 1 && b2.size(0) == w2.size(0), "feed_forward",
+             "the second bias must be a ", dtype_name(x.dtype()), " tensor of shape [", w2.size(0), "], got ",
+             dtype_name(b2.dtype()), " ", b2.sizes());
+  }
+  const Tensor x2 = as_rows(x);
+  Backend& be = backend(x.device(), "feed_forward");
+  Tensor h = make_tensor({x2.size(0), w1.size(0)}, x.dtype(), x.device());
+  Tensor out = make_tensor({x2.size(0), w2.size(0)}, x.dtype(), x.device());
+  const bool grad = any_requires_grad({&x2, &w1, &b1, &w2, &b2});
+  // h = act(x @ w1^T + b1) and aux stay internal to the node: kept by value.
+  const Tensor aux = be.linear_act(x2, w1, b1, act, h, grad);
+  be.linear(h, w2, b2, out);
+  if (grad)
+    record("feed_forward", {x2, w1, b1, w2, b2}, {out},
+           [sx = detail::save_if(x2, w1.requires_grad()), sw1 = detail::save_if(w1, x2.requires_grad()), sw2 = SavedTensor(w2), h, aux,
+            act, dx = gradient_dtype(x2), dw1 = gradient_dtype(w1),
+            dw2 = gradient_dtype(w2)](const TensorList& g, GradMask need) -> TensorList {
+             Tensor gx, gw1, gb1, gw2, gb2;
+             if (need[3]) gw2 = matmul_nd(transpose(g[0], 0, 1), h, dw2);
+             if (need[4]) gb2 = sum(g[0], {0});
+             if (need[0] || need[1] || need[2]) {
+               // act'(pre) * (g @ w2) in one product with the gradient in its epilogue.
+               Tensor gp;
+               std::tie(gp, gb1) = pre_activation_grad(g[0], sw2.get(), h, aux, act, need[2]);
+               if (need[0]) gx = matmul_nd(gp, sw1.get(), dx);
+               if (need[1]) gw1 = matmul_nd(transpose(gp, 0, 1), sx.get(), dw1);
+             }
+             return {gx, gw1, gb1, gw2, gb2};
+           });
+  return like_input(out, x);
 }
 
 }  // namespace ampgrad

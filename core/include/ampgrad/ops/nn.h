@@ -13,6 +13,18 @@ namespace ampgrad {
 Tensor matmul(const Tensor& a, const Tensor& b);
 /// x @ weight^T + bias; weight [out, in], bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+/// act(x @ weight^T + bias) as one op: the activation runs in the product's epilogue where
+/// the backend has one (oneDNN post-ops, cuBLASLt epilogues), and the backward reads the
+/// output (ReLU) or the pre-activation (GELU) that the forward kept. Autocast treats it as
+/// linear. Activation::None is plain linear.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
+/// linear(act(linear(x, w1, b1)), w2, b2) as one op, the transformer's feed-forward block
+/// (w1 [hidden, in], w2 [out, hidden]). Its backward computes act'(pre) * (g @ w2) as one
+/// product with the activation's gradient and the first bias's gradient in the epilogue
+/// (cuBLASLt DRELU_BGRAD / DGELU_BGRAD), which separate ops cannot do. nn::Sequential runs
+/// a Linear, an activation and a Linear in a row through it.
+Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
+                    const Tensor& b2 = Tensor());
 Tensor softmax(const Tensor& x, int64_t dim);
 Tensor log_softmax(const Tensor& x, int64_t dim);
 /// Normalises over the trailing dims given by normalized_shape.

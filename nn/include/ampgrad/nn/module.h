@@ -88,6 +88,13 @@ class Module : public std::enable_shared_from_this<Module> {
 using ModulePtr = std::shared_ptr<Module>;
 
 /// Runs its children in order; they are named "0", "1", ...
+///
+/// Fusion (on by default): a Linear followed by a ReLU or GELU runs as one
+/// linear-with-activation op, and Linear, activation, Linear (not followed by another
+/// activation) as one feed_forward op (ops/nn.h). Only modules of exactly those types are
+/// fused (a subclass may change forward); parameters, names and results are the same as
+/// running the modules one by one, within rounding. set_fusion(false) runs every module's
+/// own forward.
 class Sequential : public Module {
  public:
   Sequential() : Module("Sequential") {}
@@ -98,9 +105,12 @@ class Sequential : public Module {
   size_t size() const { return modules_.size(); }
   const ModulePtr& operator[](size_t i) const { return modules_.at(i); }
   Tensor forward(const Tensor& x) override;
+  void set_fusion(bool on) { fusion_ = on; }
+  bool fusion() const { return fusion_; }
 
  private:
   std::vector<ModulePtr> modules_;
+  bool fusion_ = true;
 };
 
 /// Replaces the data of `param` in place with `value` (a tensor of any shape, dtype and
