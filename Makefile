@@ -2,9 +2,13 @@
 JOBS ?= 2
 BUILD ?= build/release
 BUILD_LITE ?= build/lite
+# clang with AddressSanitizer, UndefinedBehaviorSanitizer and the libFuzzer targets (Eigen
+# only: oneDNN's JIT and the CUDA runtime are not built for the sanitizers).
+BUILD_SAN ?= build/sanitize
+FUZZ_SECONDS ?= 120
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps build build-lite demo test bench clean
+.PHONY: all deps test-deps build build-lite build-sanitize demo test test-sanitize fuzz bench clean
 
 all: build
 
@@ -29,6 +33,12 @@ build-lite: deps
 	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_LITE) -j $(JOBS)
 
+build-sanitize: deps
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF \
+	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF >/dev/null
+	@cmake --build $(BUILD_SAN) -j $(JOBS)
+
 demo: build
 	@scripts/demo $(BUILD)
 
@@ -39,6 +49,16 @@ test: build build-lite test-deps
 	@JOBS=$(JOBS) scripts/run-ctest $(BUILD_LITE)
 	@echo "== ctest: full build ($(BUILD)) =="
 	@JOBS=$(JOBS) scripts/run-ctest $(BUILD)
+
+# The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (CI runs it after
+# `make test`); a finding fails its test.
+test-sanitize: build-sanitize test-deps
+	@echo "== ctest: sanitizer build ($(BUILD_SAN)) =="
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 JOBS=$(JOBS) scripts/run-ctest $(BUILD_SAN)
+
+# Every libFuzzer target for FUZZ_SECONDS each (scripts/fuzz).
+fuzz: build-sanitize
+	@scripts/fuzz $(BUILD_SAN) $(FUZZ_SECONDS)
 
 bench: build
 	@scripts/bench $(BUILD)

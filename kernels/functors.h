@@ -17,6 +17,25 @@
 
 namespace ampgrad::kernels {
 
+// Integer arithmetic wraps around on overflow (two's complement), as PyTorch's does. It is
+// done in the unsigned type because signed overflow is undefined behaviour in C++ (the
+// compiler may assume it never happens); floating types compute as written.
+template <class A>
+AG_HOST_DEVICE A wrap_add(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(std::make_unsigned_t<A>(a) + std::make_unsigned_t<A>(b));
+  else return A(a + b);
+}
+template <class A>
+AG_HOST_DEVICE A wrap_sub(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(std::make_unsigned_t<A>(a) - std::make_unsigned_t<A>(b));
+  else return A(a - b);
+}
+template <class A>
+AG_HOST_DEVICE A wrap_mul(A a, A b) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) return A(std::make_unsigned_t<A>(a) * std::make_unsigned_t<A>(b));
+  else return A(a * b);
+}
+
 template <UnaryOp Op>
 struct UnaryFn;
 template <BinaryOp Op>
@@ -35,10 +54,11 @@ struct CompareFn;
     }                                                        \
   };
 
-AG_UNARY_FN(Neg, false, return -x;)
-AG_UNARY_FN(Abs, false, if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(-x) : x;)
+// -x of the most negative integer wraps to itself, as in PyTorch; -0.0 stays a negative zero.
+AG_UNARY_FN(Neg, false, if constexpr (std::is_integral_v<A>) return wrap_sub(A(0), x); else return -x;)
+AG_UNARY_FN(Abs, false, if constexpr (std::is_unsigned_v<A>) return x; else if constexpr (std::is_integral_v<A>) return x < A(0) ? wrap_sub(A(0), x) : x; else return x < A(0) ? A(-x) : x;)
 AG_UNARY_FN(Sign, false, if constexpr (std::is_unsigned_v<A>) return A(x != A(0)); else return A((A(0) < x) - (x < A(0)));)
-AG_UNARY_FN(Square, false, return x * x;)
+AG_UNARY_FN(Square, false, return wrap_mul(x, x);)
 AG_UNARY_FN(Sqrt, true, return std::sqrt(x);)
 AG_UNARY_FN(Rsqrt, true, return A(1) / std::sqrt(x);)
 AG_UNARY_FN(Reciprocal, true, return A(1) / x;)
@@ -84,9 +104,9 @@ AG_UNARY_FN(Clamp, false, {
     }                                                        \
   };
 
-AG_BINARY_FN(Add, false, return a + b;)
-AG_BINARY_FN(Sub, false, return a - b;)
-AG_BINARY_FN(Mul, false, return a * b;)
+AG_BINARY_FN(Add, false, return wrap_add(a, b);)
+AG_BINARY_FN(Sub, false, return wrap_sub(a, b);)
+AG_BINARY_FN(Mul, false, return wrap_mul(a, b);)
 AG_BINARY_FN(Div, true, return a / b;)
 AG_BINARY_FN(Pow, true, return std::pow(a, b);)
 // NaN-propagating, like torch.maximum / torch.minimum.

@@ -149,9 +149,9 @@ Tensor& binary_inplace(Tensor& self, const char* name, BinaryOp op, const Tensor
              self.sizes(), " of the tensor modified in place");
     DType dt = other_tensor ? promote_types(self.dtype(), other_tensor->dtype())
                             : result_type(self.dtype(), other_scalar);
+    if (op == BinaryOp::Div && !is_floating(dt)) dt = get_default_dtype();  // true division, as div
     AG_CHECK(is_floating(self.dtype()) || !is_floating(dt), name, "result dtype ", dtype_name(dt),
              " cannot be cast to the ", dtype_name(self.dtype()), " tensor modified in place");
-    if (op == BinaryOp::Div && !is_floating(dt)) dt = get_default_dtype();
     Tensor hold;
     const Operand other = other_tensor ? detail::operand_on(*other_tensor, self.device(), dt, shape, hold)
                                        : Operand::scalar(other_scalar.to_double());

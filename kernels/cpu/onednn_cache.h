@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -167,14 +168,22 @@ class Cache {
   std::deque<Key> order_;
 };
 
-/// Runs f(), turning oneDNN's exceptions into ag::Error naming op.
-template <class F>
-decltype(auto) guarded(const char* op, const F& f) {
+/// Runs f(), turning oneDNN's exceptions into ag::Error naming op and, through
+/// describe() (called only on error), the values of the problem that caused them.
+template <class F, class D>
+decltype(auto) guarded(const char* op, const F& f, const D& describe) {
   try {
     return f();
   } catch (const dnnl::error& e) {
-    AG_ERROR(op, "oneDNN error: ", e.what());
+    AG_ERROR(op, "oneDNN error: ", e.what(), " (", describe(), ")");
   }
+}
+
+/// "[a, b, c]" for oneDNN dims, for error messages.
+inline std::string dims_str(const memory::dims& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
 }
 
 }  // namespace ampgrad::cpu::onednn

@@ -13,7 +13,8 @@
 //
 // Pooling runs oneDNN's pooling primitives (about ten times faster than scalar loops)
 // wherever they agree with PyTorch's window rules, and conv_common's loops, which follow
-// those rules exactly, elsewhere: inputs holding a NaN (oneDNN's max skips NaNs), average
+// those rules exactly, elsewhere: inputs holding a NaN or -inf (oneDNN's max skips NaNs and
+// starts from the lowest finite value), average
 // pooling whose ceil_mode window overhangs the padding with count_include_pad, float16
 // and float64. max_pool2d saves oneDNN's workspace or the loops' int64 indices.
 #include "cpu/conv_common.h"
@@ -198,6 +199,10 @@ std::shared_ptr<ConvPlan> get_plan(const ConvProblem& cp, ConvKind kind, DType d
         throw;
       }
     });
+  }, [&] {
+    return std::string(dtype_name(dtype)) + " input " + dims_str(cp.src) + ", weight " + dims_str(cp.wei) +
+           ", output " + dims_str(cp.dst) + ", stride " + dims_str(cp.strides) + ", padding " + dims_str(cp.padding) +
+           ", dilation gaps " + dims_str(cp.dilation);
   });
 }
 
@@ -357,22 +362,26 @@ std::shared_ptr<PoolEntry> get_pool(const PoolProblem& pp, PoolKind kind, DType 
       }
       return e;
     });
+  }, [&] {
+    return std::string(dtype_name(dtype)) + " input " + dims_str(pp.src) + ", output " + dims_str(pp.dst) +
+           ", kernel " + dims_str(pp.kernel) + ", stride " + dims_str(pp.strides) + ", padding " + dims_str(pp.pad_l) +
+           " / " + dims_str(pp.pad_r);
   });
 }
 
 bool pool_dtype(DType dt) { return dt == kFloat32 || dt == kBFloat16; }
 
-// Whether x holds a NaN: one vectorisable pass over the bits (NaN: exponent all ones and
-// a non-zero mantissa).
-bool any_nan(const Tensor& x) {
-  auto scan = [&](auto bits_tag, uint64_t abs_mask, uint64_t inf_bits) {
+// Whether x holds a NaN or -inf: one vectorisable pass over the bits (NaN: exponent all
+// ones and a non-zero mantissa).
+bool any_nan_or_neg_inf(const Tensor& x) {
+  auto scan = [&](auto bits_tag, uint64_t abs_mask, uint64_t inf_bits, uint64_t neg_inf_bits) {
     using U = decltype(bits_tag);
     const U* p = static_cast<const U*>(x.raw_data());
     bool found = false;
     std::mutex mu;
     parallel_for(0, x.numel(), kGrain * 4, [&](int64_t b, int64_t e) {
       U bad = 0;
-      for (int64_t i = b; i < e; ++i) bad |= U((p[i] & U(abs_mask)) > U(inf_bits));
+      for (int64_t i = b; i < e; ++i) bad |= U(((p[i] & U(abs_mask)) > U(inf_bits)) | (p[i] == U(neg_inf_bits)));
       if (bad) {
         std::lock_guard<std::mutex> lock(mu);
         found = true;
@@ -380,17 +389,19 @@ bool any_nan(const Tensor& x) {
     });
     return found;
   };
-  if (x.dtype() == kBFloat16) return scan(uint16_t(), 0x7FFF, 0x7F80);
-  return scan(uint32_t(), 0x7FFFFFFF, 0x7F800000);
+  if (x.dtype() == kBFloat16) return scan(uint16_t(), 0x7FFF, 0x7F80, 0xFF80);
+  return scan(uint32_t(), 0x7FFFFFFF, 0x7F800000, 0xFF800000);
 }
 
 }  // namespace
 
 // oneDNN's max pooling skips NaNs, while PyTorch's (and the loops') let a NaN win its
-// window; an input with a NaN therefore takes the loops. Their saved tensor is int64
+// window, and it starts each window at the lowest finite value, so a window of -inf (or
+// of -inf and padding) would give -FLT_MAX instead of -inf; an input with a NaN or a -inf
+// therefore takes the loops. Their saved tensor is int64
 // indices, oneDNN's a uint8 workspace, which tells the backward which one ran.
 Tensor CpuBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
-  if (pool_dtype(x.dtype()) && out.numel() > 0 && !any_nan(x)) {
+  if (pool_dtype(x.dtype()) && out.numel() > 0 && !any_nan_or_neg_inf(x)) {
     const PoolProblem pp(x.sizes(), out.sizes(), p);
     auto e = get_pool(pp, PoolKind::MaxForward, x.dtype(), false);
     if (e->prim) {

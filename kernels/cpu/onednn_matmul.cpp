@@ -117,7 +117,13 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
       << g.w.rs << g.w.cs << bias.defined() << int64_t(act);
   std::shared_ptr<Prim> prim =
-      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act); }); });
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act); }); },
+              [&] {
+                return std::string(dtype_name(dtype)) + " [" + std::to_string(g.B) + ", " + std::to_string(g.M) + ", " +
+                       std::to_string(g.K) + "] @ [" + std::to_string(g.B) + ", " + std::to_string(g.K) + ", " +
+                       std::to_string(g.N) + "] -> " + dtype_name(out.dtype()) + (bias.defined() ? " with a bias" : "") +
+                       (act != Activation::None ? std::string(" and ") + activation_name(act) : "");
+              });
   if (!prim->ok()) {
     if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op, act);
     return eigen_with(a, w, bias, out, act);  // float32 that oneDNN only has a reference kernel for

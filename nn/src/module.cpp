@@ -147,6 +147,8 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   std::vector<std::string> missing, unexpected, mismatched;
   for (auto& [n, t] : own) {
     auto it = dict.find(n);
+    if (it != dict.end())
+      AG_CHECK(it->second.defined(), "load_state_dict", "the state dict's tensor '", n, "' is undefined");
     if (it == dict.end()) missing.push_back(n);
     else if (it->second.sizes() != t.sizes()) {
       std::ostringstream os;
