@@ -12,6 +12,10 @@
 // tiny_scalar_mul/grad_off/*: a 1-element float32 `t * 2.0` (ours: the scalar goes to the
 // kernel by value) against `t * t` (the tensor-tensor path, its ceiling) in the same run,
 // grad mode off: a scalar operand must cost no more than a tensor one.
+// cross_entropy/float32/<N>x<C>/*: one training-step use of the loss, forward and backward
+// (class-index targets, Reduction::Mean, logits requiring grad, the gradient dropped after
+// each iteration): ours is the fused op (one kernel each way), its peer the composition it
+// replaced, log_softmax then nll_loss, in the same run.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
@@ -132,8 +136,36 @@ void BM_tiny_mul_tensor(benchmark::State& state) {
   }
 }
 
+void BM_cross_entropy(benchmark::State& state, bool fused, int64_t n, int64_t c) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    const ag::Tensor x = ag::randn({n, c}).requires_grad_(true);
+    const ag::Tensor t = ag::randint(0, c, {n});
+    auto step = [&] {
+      const ag::Tensor loss = fused ? ag::cross_entropy(x, t) : ag::nll_loss(ag::log_softmax(x, 1), t);
+      loss.backward();
+      benchmark::DoNotOptimize(x.grad().raw_data());
+      x.set_grad(ag::Tensor());
+    };
+    step();  // warm the allocator's cache
+    for (auto _ : state) step();
+    state.counters["rows/s"] = benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_cross_entropy, fused_2048x65, true, 2048, 65)
+    ->Name("cross_entropy/float32/2048x65/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_cross_entropy, composed_2048x65, false, 2048, 65)
+    ->Name("cross_entropy/float32/2048x65/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_cross_entropy, fused_512x8192, true, 512, 8192)
+    ->Name("cross_entropy/float32/512x8192/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_cross_entropy, composed_512x8192, false, 512, 8192)
+    ->Name("cross_entropy/float32/512x8192/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_add_omp)->Name("add/float32/16M/omp_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_tiny_add_nograd)->Name("tiny_add/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);

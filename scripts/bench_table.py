@@ -41,6 +41,9 @@ TARGETS = [
     (r"^amp_train_step/cnn$", "min_rate", 5000),
     # bench_optim: the fused multi-tensor AdamW step no slower than the per-parameter loop.
     (r"^optim_step/", "ratio", 1.0),
+    # bench_ops: the fused cross entropy (forward + backward) no slower than the
+    # log_softmax + nll_loss composition it replaced.
+    (r"^cross_entropy/", "ratio", 1.0),
 ]
 # Counters that must stay at or under a bound in every case that reports them (shown in
 # the note column; a case over its bound is a MISS whatever its other target says).

@@ -74,6 +74,9 @@ void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, cons
 void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 
+void Backend::cross_entropy(const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
+void Backend::cross_entropy_backward(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
+
 void Backend::sgd_step(const OptimizerLists&, const SgdParams&) { AG_MISSING("SGD"); }
 void Backend::adam_step(const OptimizerLists&, const AdamParams&) { AG_MISSING("Adam"); }
 void Backend::scale_and_check(const TensorList&, const Tensor&, const Tensor&) { AG_MISSING("scale_and_check"); }

@@ -1,7 +1,7 @@
 // The CPU backend: Eigen and oneDNN (or Eigen alone) plus vectorised loops over OpenMP.
 //
 // One class; each kernel family lives in its own file (elementwise.cpp, reduce.cpp,
-// norm.cpp, index.cpp, random.cpp, and onednn_*.cpp or eigen_*.cpp for the products,
+// norm.cpp, loss.cpp, index.cpp, random.cpp, and onednn_*.cpp or eigen_*.cpp for the products,
 // convolution and pooling, chosen by AMPGRAD_ONEDNN at configure time).
 #pragma once
 
@@ -84,6 +84,12 @@ class CpuBackend final : public Backend {
   void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                            const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                            const Tensor& grad_w, const Tensor& grad_b) override;
+
+  void cross_entropy(const Tensor& x, int64_t classes, int64_t inner, const Tensor& target, int64_t ignore_index,
+                     double label_smoothing, const Tensor& loss, const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes, int64_t inner,
+                              const Tensor& target, int64_t ignore_index, double label_smoothing,
+                              const Tensor& lse, const Tensor& grad_x) override;
 
   void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
   void adam_step(const OptimizerLists& lists, const AdamParams& p) override;

@@ -21,39 +21,13 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
+#include "cpu/rows.h"
 #include "cpu/vec.h"
 
 namespace ampgrad::cpu {
 namespace {
 
-
 constexpr int64_t kCols = 16;  // columns handled together when dim is not the last
-
-// Sum over eight lanes: vectorisable, and its error grows with n / 8.
-template <class A, class F>
-A lane_sum(int64_t n, const F& f) {
-  A lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lane[k] += f(i + k);
-  A tail = 0;
-  for (; i < n; ++i) tail += f(i);
-  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
-}
-
-// The largest value of v (NaNs ignored), in eight lanes of selects that vectorise.
-template <class A>
-A row_max(const A* v, int64_t n) {
-  A lane[8];
-  for (int k = 0; k < 8; ++k) lane[k] = -std::numeric_limits<A>::infinity();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) lane[k] = v[i + k] > lane[k] ? v[i + k] : lane[k];
-  A m = -std::numeric_limits<A>::infinity();
-  for (; i < n; ++i) m = v[i] > m ? v[i] : m;
-  for (int k = 0; k < 8; ++k) m = lane[k] > m ? lane[k] : m;
-  return m;
-}
 
 // Runs body(buffers, n, w, scratch) over the [outer, n, inner] views: each task widens a
 // [n, w] block (w neighbouring columns, w == 1 when dim is the last) of every `in`

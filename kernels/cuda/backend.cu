@@ -139,6 +139,9 @@ void raise_device_errors(int device_index) {
   if (e.code == 0) return;
   AG_CUDA_CHECK("cuda", cudaMemset(slot, 0, sizeof(DeviceError)));
   AG_CUDA_CHECK("cuda", cudaStreamSynchronize(nullptr));  // cleared before any later kernel runs (see above)
+  if (e.code == kErrCrossEntropy)  // the CPU kernel's wording
+    AG_ERROR("cross_entropy", "target ", e.value, " is out of range for ", e.bound, " classes (found on cuda:",
+             device_index, ")");
   AG_ERROR(error_op_name(e.code), "index ", e.value, " is out of range for a dimension of size ", e.bound,
            " (found on cuda:", device_index, ")");
 }

@@ -1,4 +1,5 @@
-// Deterministic reductions across the threads of a block, shared by reduce.cu and norm.cu.
+// Deterministic reductions across the threads of a block, shared by reduce.cu, norm.cu and
+// loss.cu.
 //
 // Two shapes of thread block are used by those kernels:
 //   groups   blockDim.x == G (a power of two up to 1024) threads cooperate on one row,
@@ -76,6 +77,17 @@ __device__ __forceinline__ V shfl_any(const V& v, int src) {
   if constexpr (std::is_arithmetic_v<V>) return shfl_scalar(v, src);
   else return v.shfl(src);
 }
+
+/// The combining functors of the row kernels (norm.cu, loss.cu).
+struct SumF {
+  template <class A>
+  __device__ A operator()(A a, A b) const { return a + b; }
+};
+/// The larger of two values that are never NaN (NaN inputs are skipped before).
+struct MaxF {
+  template <class A>
+  __device__ A operator()(A a, A b) const { return b > a ? b : a; }
+};
 
 /// Shared-memory slots group_reduce / group_allreduce need: one per warp of a block of at
 /// most 1024 threads.

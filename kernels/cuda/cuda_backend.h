@@ -4,7 +4,7 @@
 //
 // One class; each family lives in its own file: backend.cu (memory, streams, events,
 // errors), elementwise.cu (copy, fill, unary, binary, compare, where), random.cu,
-// index.cu, reduce.cu, norm.cu (softmax, layer norm), blas.cu (matmul, linear), conv.cu
+// index.cu, reduce.cu, norm.cu (softmax, layer norm), loss.cu (cross entropy), blas.cu (matmul, linear), conv.cu
 // (convolution through cuDNN, pooling), optim.cu (optimizers, grad scaler, clipping). The class declares every entry
 // of Backend, so an entry without a CUDA definition fails to link.
 #pragma once
@@ -90,6 +90,12 @@ class CudaBackend final : public Backend {
   void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                            const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                            const Tensor& grad_w, const Tensor& grad_b) override;
+
+  void cross_entropy(const Tensor& x, int64_t classes, int64_t inner, const Tensor& target, int64_t ignore_index,
+                     double label_smoothing, const Tensor& loss, const Tensor& lse) override;
+  void cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes, int64_t inner,
+                              const Tensor& target, int64_t ignore_index, double label_smoothing,
+                              const Tensor& lse, const Tensor& grad_x) override;
 
   void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
   void adam_step(const OptimizerLists& lists, const AdamParams& p) override;

@@ -30,17 +30,6 @@ namespace {
 
 using kernels::Split3;
 
-
-struct SumF {
-  template <class A>
-  __device__ A operator()(A a, A b) const { return a + b; }
-};
-// The larger of two values that are never NaN (NaN inputs are skipped before).
-struct MaxF {
-  template <class A>
-  __device__ A operator()(A a, A b) const { return b > a ? b : a; }
-};
-
 constexpr int kMaxGroup = 512;    // threads per row in the row kernels
 constexpr int kBlockThreads = 256; // threads per block when several rows share one
 constexpr int kColWidth = 32;

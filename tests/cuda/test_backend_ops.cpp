@@ -95,6 +95,12 @@ Input uniform_in(std::vector<int64_t> shape, double lo = -2, double hi = 2) {
 }
 Input index_in(std::vector<int64_t> shape, int64_t high) { return {randint(0, high, shape, kInt64), false}; }
 Input constant_in(Tensor t) { return {t, false}; }
+// Class indices in [0, high) with every third one set to -100 (the default ignore_index).
+Input ignored_in(std::vector<int64_t> shape, int64_t high) {
+  std::vector<int64_t> v = randint(0, high, shape, kInt64).to_vector<int64_t>();
+  for (size_t i = 0; i < v.size(); i += 3) v[i] = -100;
+  return {from_vector<int64_t>(v, shape), false};
+}
 
 // ---- the cases ----------------------------------------------------------------------------
 // A case names the Backend entries it reaches (checked against backend.h), the dtypes it
@@ -235,12 +241,22 @@ std::vector<Case> all_cases() {
                  compare_backends("gather", [](const TensorList& x) { return TensorList{x[0].gather(1, x[1])}; },
                                   {uniform_in({6, 10}), index_in({6, 4}, 10)}, dt);
                }});
-  c.push_back({"cross_entropy", {"gather", "softmax"}, kFloats, [](DType dt) {
+  c.push_back({"cross_entropy", {"cross_entropy", "cross_entropy_backward", "reduce", "compare", "binary"}, kFloats,
+               [](DType dt) {
+                 // rows (inner == 1: small and long rows), positions with inner > 1, a 1-D input;
+                 // every target tensor has ignored entries (-100)
                  compare_backends("cross_entropy",
                                   [](const TensorList& x) {
-                                    return TensorList{cross_entropy(x[0], x[1]), cross_entropy(x[0], x[1], Reduction::Sum, -100, 0.1)};
+                                    return TensorList{cross_entropy(x[0], x[1]),
+                                                      cross_entropy(x[0], x[1], Reduction::Sum, -100, 0.1),
+                                                      cross_entropy(x[2], x[3], Reduction::None),
+                                                      cross_entropy(x[4], x[5], Reduction::Mean, -100, 0.2),
+                                                      cross_entropy(x[6], x[7], Reduction::None, -100, 0.05)};
                                   },
-                                  {uniform_in({32, 10}, -4, 4), index_in({32}, 10)}, dt, 4.0);
+                                  {uniform_in({32, 10}, -4, 4), ignored_in({32}, 10), uniform_in({6, 3000}, -4, 4),
+                                   ignored_in({6}, 3000), uniform_in({4, 7, 37}, -4, 4), ignored_in({4, 37}, 7),
+                                   uniform_in({13}, -4, 4), constant_in(scalar_tensor(int64_t(5), kInt64))},
+                                  dt, 4.0);
                }});
   // -- products
   c.push_back({"matmul", {"matmul"}, kFloats, [](DType dt) {
@@ -408,7 +424,7 @@ TEST(CudaHarness, CudaBackendDeclaresEveryEntry) {
         << "CudaBackend does not declare " << e;
   // Declared entries must be defined (the link fails otherwise) and must not fall back to
   // Backend's "not implemented" default.
-  for (const char* family : {"backend", "elementwise", "random", "index", "reduce", "norm", "blas", "conv", "optim"}) {
+  for (const char* family : {"backend", "elementwise", "random", "index", "reduce", "norm", "loss", "blas", "conv", "optim"}) {
     const std::string src = read_source("kernels/cuda/" + std::string(family) + ".cu");
     EXPECT_FALSE(src.empty()) << "kernels/cuda/" << family << ".cu is missing";
     EXPECT_FALSE(std::regex_search(src, std::regex(R"((^|[^A-Za-z_])Backend::[a-z_0-9]+\()")))

@@ -61,7 +61,10 @@ TEST(CudaErrors, IndexOutOfRangeIsReportedAtTheNextSync) {
   const Tensor logits = randn({4, 5}).to(kGpu);
   const Tensor target = from_vector<int64_t>({0, 1, 7, 2}, {4}).to(kGpu);
   Tensor loss = cross_entropy(logits, target);
-  EXPECT_AG_ERROR(loss.item<float>(), "out of range");
+  EXPECT_AG_ERROR(loss.item<float>(), "[cross_entropy] target 7 is out of range for 5 classes");
+  // the kernel for positions with inner > 1, and a negative target
+  loss = cross_entropy(randn({2, 5, 3}).to(kGpu), from_vector<int64_t>({0, 1, 2, 3, -2, 4}, {2, 3}).to(kGpu));
+  EXPECT_AG_ERROR(loss.item<float>(), "[cross_entropy] target -2 is out of range for 5 classes");
   // With debug sync, the op that caused it throws.
   set_debug_sync(true);
   EXPECT_AG_ERROR(index_select(w, 0, bad), "[index_select] index 12 is out of range");

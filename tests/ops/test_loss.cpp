@@ -1,7 +1,8 @@
 // Losses: cross_entropy, nll_loss, mse_loss and binary_cross_entropy_with_logits against
 // double loops (every reduction, ignore_index, label smoothing, spatial targets, soft
-// targets), numerical stability, 16-bit logits against float32, gradients by finite
-// differences, and the error messages.
+// targets), numerical stability, 16-bit logits against float32 and against the double
+// loops, gradients by finite differences and (cross_entropy's fused kernels) against the
+// loop formula, and the error messages.
 #include <cmath>
 
 #include "support/testing.h"
@@ -44,6 +45,29 @@ Tensor ref_cross_entropy(const Tensor& logits, const Tensor& target, Reduction r
   if (red == Reduction::Sum) return ag::scalar_tensor(total, ag::kFloat64);
   if (red == Reduction::Mean) return ag::scalar_tensor(total / count, ag::kFloat64);
   return ag::from_vector<double>(loss, target.sizes().vec());
+}
+
+// d(sum of per-position losses)/d logits in double loops: softmax - (1 - ls) onehot - ls / C,
+// zero for ignored positions. Same layouts as ref_cross_entropy.
+Tensor ref_cross_entropy_grad(const Tensor& logits, const Tensor& target, int64_t ignore, double smoothing) {
+  const auto x = logits.to_vector<double>();
+  const auto t = target.to_vector<int64_t>();
+  const bool unbatched = logits.dim() == 1;
+  const int64_t N = unbatched ? 1 : logits.size(0), C = logits.size(unbatched ? 0 : 1);
+  const int64_t S = int64_t(x.size()) / (N * C);
+  std::vector<double> g(x.size(), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t tg = t[size_t(n * S + s)];
+      if (tg == ignore) continue;
+      auto at = [&](int64_t c) { return size_t((n * C + c) * S + s); };
+      double m = -INFINITY, z = 0;
+      for (int64_t c = 0; c < C; ++c) m = std::max(m, x[at(c)]);
+      for (int64_t c = 0; c < C; ++c) z += std::exp(x[at(c)] - m);
+      for (int64_t c = 0; c < C; ++c)
+        g[at(c)] = std::exp(x[at(c)] - m) / z - (c == tg ? 1 - smoothing : 0.0) - smoothing / double(C);
+    }
+  return ag::from_vector<double>(g, logits.sizes().vec());
 }
 
 Tensor random_targets(const std::vector<int64_t>& shape, int64_t C, int64_t ignore = -100, double p_ignore = 0) {
@@ -161,6 +185,121 @@ TEST(LossTest, CrossEntropyGradcheck) {
   EXPECT_TRUE(agt::gradcheck(
       [&](const std::vector<Tensor>& in) { return ag::cross_entropy(ag::add(in[0], in[1]), t); },
       {agt::rand64({3, 4}), agt::rand64({1, 4})}));
+}
+
+// The fused kernels (Backend::cross_entropy / cross_entropy_backward) on both of their
+// layouts, rows (inner == 1, including rows longer than one 256-element chunk) and blocks of
+// positions (inner > 1, including a partial block), against the double loops.
+TEST(LossTest, CrossEntropyFusedAgainstLoops) {
+  ag::manual_seed(28);
+  struct S {
+    std::vector<int64_t> logits, target;
+  };
+  for (const S& s : {S{{9, 7}, {9}}, S{{5, 700}, {5}}, S{{3, 5, 2, 4}, {3, 2, 4}}, S{{2, 6, 19}, {2, 19}}, S{{11}, {}}})
+    for (Reduction r : kReductions)
+      for (double smoothing : {0.0, 0.15, 1.0}) {
+        SCOPED_TRACE("rank " + std::to_string(s.logits.size()) + " C " + std::to_string(s.logits[s.logits.size() == 1 ? 0 : 1]) +
+                     " reduction " + std::to_string(int(r)) + " smoothing " + std::to_string(smoothing));
+        const int64_t C = s.logits.size() == 1 ? s.logits[0] : s.logits[1];
+        const Tensor x = ag::mul(ag::randn(s.logits, ag::kFloat64), 3.0);
+        const Tensor t = s.target.empty() ? ag::scalar_tensor(int64_t(4), ag::kInt64)
+                                          : random_targets(s.target, C, -100, 0.25);
+        EXPECT_TRUE(agt::allclose(ag::cross_entropy(x, t, r, -100, smoothing), ref_cross_entropy(x, t, r, -100, smoothing),
+                                  1e-12, 1e-12));
+        const Tensor x32 = x.to(ag::kFloat32);
+        EXPECT_TRUE(agt::allclose(ag::cross_entropy(x32, t, r, -100, smoothing),
+                                  ref_cross_entropy(x32.to(ag::kFloat64), t, r, -100, smoothing), 1e-5, 1e-5));
+        if (r != Reduction::Sum) continue;
+        // the gradient of the summed loss against the loop formula, float64 and float32
+        for (ag::DType dt : {ag::kFloat64, ag::kFloat32}) {
+          Tensor xg = x.to(dt).detach().requires_grad_();
+          ag::cross_entropy(xg, t, r, -100, smoothing).backward();
+          EXPECT_EQ(xg.grad().dtype(), dt);
+          EXPECT_TRUE(agt::allclose(xg.grad(), ref_cross_entropy_grad(x.to(dt).to(ag::kFloat64), t, -100, smoothing),
+                                    dt == ag::kFloat64 ? 1e-12 : 1e-5, dt == ag::kFloat64 ? 1e-12 : 1e-5));
+        }
+      }
+}
+
+TEST(LossTest, CrossEntropyRecordsOneNode) {
+  const Tensor x = agt::rand64({4, 6});
+  const Tensor t = ag::from_vector<int64_t>({0, 5, -100, 2}, {4});
+  const Tensor loss = ag::cross_entropy(x, t, Reduction::None, -100, 0.1);
+  ASSERT_TRUE(loss.grad_fn());
+  EXPECT_EQ(loss.grad_fn()->name(), "CrossEntropyBackward");
+  ASSERT_EQ(loss.grad_fn()->next_edges.size(), 1u);  // the logits, straight to their accumulator
+  EXPECT_EQ(loss.grad_fn()->next_edges[0].fn->name(), "AccumulateGrad");
+}
+
+TEST(LossTest, CrossEntropyGradcheckFused) {
+  ag::manual_seed(29);
+  for (Reduction r : kReductions)
+    for (double smoothing : {0.0, 0.3}) {
+      SCOPED_TRACE("reduction " + std::to_string(int(r)) + " smoothing " + std::to_string(smoothing));
+      // [C] with a 0-dim target
+      const Tensor t0 = ag::scalar_tensor(int64_t(2), ag::kInt64);
+      EXPECT_TRUE(agt::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], t0, r, -100, smoothing); },
+          {agt::rand64({6}, -2, 2)}));
+      // [N, C, d1, d2] with ignored positions
+      const Tensor ts = random_targets({2, 3, 5}, 4, -100, 0.3);
+      EXPECT_TRUE(agt::gradcheck(
+          [&](const std::vector<Tensor>& in) { return ag::cross_entropy(in[0], ts, r, -100, smoothing); },
+          {agt::rand64({2, 4, 3, 5}, -2, 2)}));
+    }
+}
+
+TEST(LossTest, CrossEntropyHalfAgainstFloat64Reference) {
+  ag::manual_seed(30);
+  struct S {
+    std::vector<int64_t> logits, target;
+  };
+  for (ag::DType dt : {ag::kFloat16, ag::kBFloat16})
+    for (const S& s : {S{{48, 33}, {48}}, S{{4, 9, 3, 5}, {4, 3, 5}}, S{{300}, {}}})
+      for (double smoothing : {0.0, 0.1}) {
+        SCOPED_TRACE(std::string(ag::dtype_name(dt)) + " rank " + std::to_string(s.logits.size()) + " smoothing " +
+                     std::to_string(smoothing));
+        const int64_t C = s.logits.size() == 1 ? s.logits[0] : s.logits[1];
+        const Tensor xh = ag::mul(ag::randn(s.logits, ag::kFloat32), 2.0).to(dt);
+        const Tensor x64 = xh.to(ag::kFloat64);  // the reference sees the same rounded logits
+        const Tensor t = s.target.empty() ? ag::scalar_tensor(int64_t(7), ag::kInt64)
+                                          : random_targets(s.target, C, -100, 0.2);
+        for (Reduction r : kReductions) {
+          const Tensor got = ag::cross_entropy(xh, t, r, -100, smoothing);
+          EXPECT_EQ(got.dtype(), dt);
+          EXPECT_TRUE(agt::allclose(got, ref_cross_entropy(x64, t, r, -100, smoothing), agt::tol_for(dt)));
+        }
+        Tensor xg = xh.detach().requires_grad_();
+        ag::cross_entropy(xg, t, Reduction::Sum, -100, smoothing).backward();
+        EXPECT_EQ(xg.grad().dtype(), dt);
+        EXPECT_TRUE(agt::allclose(xg.grad(), ref_cross_entropy_grad(x64, t, -100, smoothing), agt::tol_for(dt)));
+      }
+}
+
+TEST(LossTest, CrossEntropyFusedErrorsAndAllIgnored) {
+  const Tensor x = ag::zeros({4, 10});
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({0, 12, 1, 2}, {4})),
+                  "[cross_entropy] target 12 is out of range for 10 classes (expected [0, 9] or ignore_index -100)");
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({0, 1, -3, 2}, {4})),
+                  "[cross_entropy] target -3 is out of range for 10 classes (expected [0, 9] or ignore_index -100)");
+  // the first bad target in order is named; -100 is bad when it is not ignore_index
+  EXPECT_AG_ERROR(ag::cross_entropy(x, ag::from_vector<int64_t>({-100, 10, 11, 3}, {4}), Reduction::Mean, 3),
+                  "[cross_entropy] target -100 is out of range for 10 classes (expected [0, 9] or ignore_index 3)");
+  // the layout with inner > 1, and int32 targets
+  EXPECT_AG_ERROR(ag::cross_entropy(ag::zeros({2, 3, 4}), ag::from_vector<int32_t>({0, 1, 2, 0, 1, 2, 3, 0}, {2, 4}),
+                                    Reduction::Sum),
+                  "[cross_entropy] target 3 is out of range for 3 classes (expected [0, 2] or ignore_index -100)");
+  // Mean over no counted target is NaN (0 / 0), in both layouts and dtypes; Sum is 0
+  for (ag::DType dt : {ag::kFloat32, ag::kFloat64, ag::kBFloat16}) {
+    EXPECT_TRUE(std::isnan(ag::cross_entropy(ag::randn({3, 5}, dt), ag::full({3}, -100, ag::kInt64)).item<double>()));
+    EXPECT_TRUE(std::isnan(ag::cross_entropy(ag::randn({2, 5, 3}, dt), ag::full({2, 3}, 7, ag::kInt64), Reduction::Mean, 7)
+                               .item<double>()));
+    EXPECT_EQ(ag::cross_entropy(ag::randn({3, 5}, dt), ag::full({3}, -100, ag::kInt64), Reduction::Sum).item<double>(), 0.0);
+  }
+  // and the gradient of an all-ignored Sum is zero
+  Tensor xg = agt::rand64({3, 5});
+  ag::cross_entropy(xg, ag::full({3}, -100, ag::kInt64), Reduction::Sum).backward();
+  EXPECT_TRUE(agt::allclose(xg.grad(), ag::zeros({3, 5}, ag::kFloat64), 0, 0));
 }
 
 TEST(LossTest, NllLoss) {

@@ -294,6 +294,28 @@ class Backend {
                                    const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                    const Tensor& grad_w, const Tensor& grad_b);
 
+  // ---- losses ------------------------------------------------------------------------
+  /// Cross entropy with class-index targets, log-softmax and NLL in one pass. x is
+  /// contiguous, read as [outer, classes, inner] (logits [N, C, d...] have inner = d1 * ...;
+  /// [N, C] and a 1-D [C] have inner = 1); target is int64, contiguous, one class index per
+  /// position (outer * inner of them). Per position p, with lse = log-sum-exp of x over the
+  /// classes and ls = label_smoothing:
+  ///   loss[p] = (1 - ls) * (lse - x[target]) + ls * (lse - mean over classes of x),
+  /// and 0 where target == ignore_index. loss has x's dtype and is computed in float32
+  /// (float64 for float64 x); lse (float32, float64 for float64 x) is written for every
+  /// position and saved for backward. A target that is neither ignore_index nor in
+  /// [0, classes) is an error naming it: the CPU throws, CUDA reports it into the device
+  /// error slot (raised at the next host wait).
+  virtual void cross_entropy(const Tensor& x, int64_t classes, int64_t inner, const Tensor& target,
+                             int64_t ignore_index, double label_smoothing, const Tensor& loss,
+                             const Tensor& lse);
+  /// grad_x[p, c] = grad_loss[p] * (softmax(x)[p, c] - (1 - ls) * [c == target[p]] - ls / classes),
+  /// 0 at ignored positions; softmax comes from the saved lse. grad_loss (x's dtype,
+  /// contiguous) has one value per position; grad_x is contiguous, shaped like x.
+  virtual void cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes,
+                                      int64_t inner, const Tensor& target, int64_t ignore_index,
+                                      double label_smoothing, const Tensor& lse, const Tensor& grad_x);
+
   // ---- optimizers: one call steps every listed parameter (see OptimizerLists) --------------
   virtual void sgd_step(const OptimizerLists& lists, const SgdParams& p);
   virtual void adam_step(const OptimizerLists& lists, const AdamParams& p);

@@ -1,11 +1,16 @@
-// Losses, composed from frontend ops (log_softmax, gather, where, sum) so that their
-// gradients come from those ops; only binary_cross_entropy_with_logits records its own
-// node, because its stable forward form has kinks that its true gradient does not.
+// Losses. cross_entropy with class-index targets is one fused backend call each way
+// (log-softmax and NLL per position: Backend::cross_entropy / cross_entropy_backward) and
+// records one node, which saves the logits, the int64 target and the per-position
+// log-sum-exp; its reduction (Mean, Sum) is made of frontend ops after it. The other
+// losses are composed from frontend ops (log_softmax, gather, where, sum) so that their
+// gradients come from those ops; binary_cross_entropy_with_logits records its own node,
+// because its stable forward form has kinks that its true gradient does not.
 //
 // Class-index targets follow PyTorch: logits [N, C, d...] (or [C]) against int64/int32
 // targets [N, d...] (or a 0-dim one); targets equal to ignore_index contribute nothing and
 // are not counted by Mean; label smoothing mixes in the mean over classes of -log p with
-// weight label_smoothing. Any other target outside [0, C) is an error naming it.
+// weight label_smoothing. Any other target outside [0, C) is an error naming it (found by
+// the cross_entropy kernels themselves; nll_loss checks CPU targets here).
 #include "ampgrad/ops/loss.h"
 
 #include "ampgrad/dispatch.h"
@@ -29,8 +34,9 @@ Tensor reduce_loss(const Tensor& loss, Reduction r) {
   AG_ERROR("loss", "unknown reduction ", int(r));
 }
 
-// Checks a class-index target against input [N, C, d...] / [C] and returns it as int64.
-Tensor check_class_target(const Tensor& input, const Tensor& target, int64_t ignore_index, const char* op) {
+// Checks a class-index target's dtype and shape against input [N, C, d...] / [C] and
+// returns it as contiguous int64. The values are not checked here (check_target_range).
+Tensor class_target(const Tensor& input, const Tensor& target, const char* op) {
   detail::check_defined(target, op, "target");
   detail::check_same_device(input, target, op);
   AG_CHECK(target.dtype() == kInt64 || target.dtype() == kInt32, op,
@@ -42,16 +48,17 @@ Tensor check_class_target(const Tensor& input, const Tensor& target, int64_t ign
   AG_CHECK(target.sizes() == expected, op, "target of shape ", target.sizes(),
            " does not match the input of shape ", input.sizes(), " (expected a target of shape ",
            expected, ")");
-  const int64_t C = input.sizes()[size_t(cdim)];
-  Tensor t = detail::contiguous_raw(detail::cast_raw(target, kInt64));
-  if (t.device().is_cpu()) {
-    const int64_t* p = t.data_ptr<int64_t>();
-    for (int64_t i = 0; i < t.numel(); ++i)
-      AG_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < C), op, "target ", p[i],
-               " is out of range for ", C, " classes (expected [0, ", C - 1, "] or ignore_index ",
-               ignore_index, ")");
-  }
-  return t;
+  return detail::contiguous_raw(detail::cast_raw(target, kInt64));
+}
+
+// Every target of a CPU int64 tensor t is ignore_index or in [0, C) (the message is the one
+// the CPU cross_entropy kernel gives). Targets on a device are not read back here.
+void check_target_range(const Tensor& t, int64_t C, int64_t ignore_index, const char* op) {
+  if (!t.device().is_cpu()) return;
+  const int64_t* p = t.data_ptr<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    AG_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < C), op, "target ", p[i], " is out of range for ", C,
+             " classes (expected [0, ", C - 1, "] or ignore_index ", ignore_index, ")");
 }
 
 // -input[target] per target element (0 where ignored), and the mask of counted targets.
@@ -76,7 +83,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
   detail::check_defined(log_probs, "nll_loss", "input");
   AG_CHECK(is_floating(log_probs.dtype()), "nll_loss", "input must be floating, got ",
            dtype_name(log_probs.dtype()));
-  const Tensor t = check_class_target(log_probs, target, ignore_index, "nll_loss");
+  const Tensor t = class_target(log_probs, target, "nll_loss");
+  check_target_range(t, log_probs.sizes()[log_probs.dim() == 1 ? 0 : 1], ignore_index, "nll_loss");
   auto [loss, valid] = pick_negated(log_probs, t, ignore_index);
   return reduction == Reduction::Mean ? masked_mean(loss, valid) : reduce_loss(loss, reduction);
 }
@@ -103,14 +111,29 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     return reduce_loss(loss, reduction);
   }
 
-  const Tensor t = check_class_target(logits, target, ignore_index, "cross_entropy");
-  const Tensor lsm = log_softmax(logits, cdim);
-  auto [loss, valid] = pick_negated(lsm, t, ignore_index);
-  if (label_smoothing > 0) {
-    Tensor smooth = where(valid, neg(sum(lsm, {cdim})), 0.0);
-    loss = add(mul(loss, 1.0 - label_smoothing), mul(smooth, label_smoothing / double(C)));
-  }
-  return reduction == Reduction::Mean ? masked_mean(loss, valid) : reduce_loss(loss, reduction);
+  // Class indices: one fused kernel per direction over [outer, C, inner] (the kernel checks
+  // the targets' range).
+  const Tensor t = class_target(logits, target, "cross_entropy");
+  int64_t inner = 1;
+  for (int64_t d = cdim + 1; d < logits.dim(); ++d) inner *= logits.sizes()[size_t(d)];
+  const DType dt = logits.dtype();
+  const Tensor xc = detail::contiguous_raw(logits);
+  Tensor loss = make_tensor(t.sizes(), dt, logits.device());
+  Tensor lse = make_tensor(t.sizes(), dt == kFloat64 ? kFloat64 : kFloat32, logits.device());
+  backend(logits.device(), "cross_entropy").cross_entropy(xc, C, inner, t, ignore_index, label_smoothing, loss, lse);
+  if (any_requires_grad({&logits}))
+    record("cross_entropy", {logits}, {loss},
+           [sx = SavedTensor(xc), st = SavedTensor(t), sl = SavedTensor(lse), C, inner, ignore_index,
+            label_smoothing](const TensorList& g, GradMask) -> TensorList {
+             const Tensor& x = sx.get();
+             const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], x.dtype()));
+             Tensor gi = make_tensor(x.sizes(), x.dtype(), x.device());
+             backend(x.device(), "cross_entropy")
+                 .cross_entropy_backward(gc, x, C, inner, st.get(), ignore_index, label_smoothing, sl.get(), gi);
+             return {gi};
+           });
+  if (reduction != Reduction::Mean) return reduce_loss(loss, reduction);
+  return masked_mean(loss, ne(t, Scalar(ignore_index)));
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
