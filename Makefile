@@ -34,7 +34,8 @@ build-lite: deps
 	@cmake --build $(BUILD_LITE) -j $(JOBS)
 
 build-sanitize: deps
-	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
 	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF \
 	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF >/dev/null
 	@cmake --build $(BUILD_SAN) -j $(JOBS)
