@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "ampgrad/autograd.h"
@@ -15,18 +16,26 @@
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
 #include "ampgrad/optim/optimizer.h"
+#include "ampgrad/state_number.h"
 
 namespace ampgrad {
 namespace {
 
 constexpr const char* kOp = "GradScaler";
 
-double get_double(const std::map<std::string, Tensor>& d, const std::string& key) {
+const Tensor& get(const std::map<std::string, Tensor>& d, const std::string& key) {
   auto it = d.find(key);
   AG_CHECK(it != d.end(), kOp, "load_state_dict(): missing key \"", key, "\"");
-  AG_CHECK(it->second.defined() && it->second.numel() == 1, kOp, "load_state_dict(): \"", key,
-           "\" must hold one element");
-  return it->second.item_double();
+  return it->second;
+}
+
+double get_double(const std::map<std::string, Tensor>& d, const std::string& key) {
+  return detail::state_double(get(d, key), "GradScaler::load_state_dict", key);
+}
+
+int64_t get_int(const std::map<std::string, Tensor>& d, const std::string& key, int64_t lo,
+                int64_t hi = std::numeric_limits<int64_t>::max()) {
+  return detail::state_int(get(d, key), "GradScaler::load_state_dict", key, lo, hi);
 }
 
 }  // namespace
@@ -194,12 +203,19 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& d) {
   AG_CHECK(!d.empty(), kOp,
            "load_state_dict(): the state dict is empty, possibly because it was saved from a "
            "disabled GradScaler");
-  // Read everything before assigning, so a bad dict leaves the scaler as it was.
+  // Read everything before assigning, so a bad dict leaves the scaler as it was. Every
+  // key is known, and every number passes the constructor's rules (the counters: integers,
+  // the growth tracker within its interval).
+  static const std::set<std::string> known{"scale",     "growth_factor", "backoff_factor", "growth_interval",
+                                           "growth_tracker", "min_scale", "max_scale",    "skipped_steps",
+                                           "num_updates",    "last_overflow_step"};
+  for (const auto& [k, v] : d)
+    AG_CHECK(known.count(k), kOp, "load_state_dict(): unexpected key \"", k, "\"");
   const double scale = get_double(d, "scale");
   const double growth = get_double(d, "growth_factor");
   const double backoff = get_double(d, "backoff_factor");
-  const auto interval = int64_t(get_double(d, "growth_interval"));
-  const auto tracker = int64_t(get_double(d, "growth_tracker"));
+  const int64_t interval = get_int(d, "growth_interval", 1);
+  const int64_t tracker = get_int(d, "growth_tracker", 0, interval - 1);
   auto opt = [&](const char* key, double dflt) { return d.count(key) ? get_double(d, key) : dflt; };
   GradScalerOptions o = options_;
   o.init_scale = scale;
@@ -209,16 +225,17 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& d) {
   o.min_scale = opt("min_scale", o.min_scale);
   o.max_scale = opt("max_scale", o.max_scale);
   const GradScaler checked(o);  // the constructor validates the combination
-  const double skipped = opt("skipped_steps", double(skipped_steps()));
-  const double updates = opt("num_updates", double(num_updates_));
-  const double last_overflow = opt("last_overflow_step", double(last_overflow_step()));
+  const int64_t skipped = d.count("skipped_steps") ? get_int(d, "skipped_steps", 0) : skipped_steps();
+  const int64_t updates = d.count("num_updates") ? get_int(d, "num_updates", 0) : num_updates_;
+  const int64_t last_overflow =
+      d.count("last_overflow_step") ? get_int(d, "last_overflow_step", -1) : last_overflow_step();
   options_ = checked.options_;
   NoGradGuard ng;
   scale_.fill_(scale);
   growth_tracker_.fill_(tracker);
-  skipped_steps_.fill_(int64_t(skipped));
-  num_updates_ = int64_t(updates);
-  last_overflow_step_.fill_(int64_t(last_overflow));
+  skipped_steps_.fill_(skipped);
+  num_updates_ = updates;
+  last_overflow_step_.fill_(last_overflow);
 }
 
 }  // namespace ampgrad

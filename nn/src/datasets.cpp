@@ -28,6 +28,10 @@ std::shared_ptr<TensorDataset> fashion_mnist(bool train, const std::string& dir)
            ": expected images of shape [N, 28, 28], got ", x.sizes());
   AG_CHECK(y.dim() == 1 && y.size(0) == x.size(0), "fashion_mnist", labels, ": expected ", x.size(0),
            " labels, got shape ", y.sizes());
+  const uint8_t* lab = y.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < y.numel(); ++i)
+    AG_CHECK(lab[i] <= 9, "fashion_mnist", labels, ": label ", int(lab[i]), " at index ", i,
+             " is out of range (the 10 classes are 0 to 9)");
   NoGradGuard ng;
   // Mean and std of the training images, as torchvision's usual normalisation.
   constexpr double kMean = 0.2860, kStd = 0.3530;

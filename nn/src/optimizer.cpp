@@ -1,6 +1,7 @@
 #include "ampgrad/optim/optimizer.h"
 
 #include <cmath>
+#include <set>
 #include <string>
 
 #include "ampgrad/autograd.h"
@@ -8,6 +9,7 @@
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
+#include "ampgrad/state_number.h"
 
 namespace ampgrad::optim {
 
@@ -112,22 +114,63 @@ StateDict Optimizer::state_dict() const {
 }
 
 void Optimizer::load_state_dict(const StateDict& d) {
+  constexpr const char* kOp = "Optimizer::load_state_dict";
   auto get = [&](const std::string& k) -> const Tensor& {
     auto it = d.find(k);
-    AG_CHECK(it != d.end(), "Optimizer::load_state_dict", "missing key '", k, "'");
+    AG_CHECK(it != d.end(), kOp, "missing key '", k, "'");
     return it->second;
   };
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
-    const int64_t n = get(gp + "size").item<int64_t>();
-    AG_CHECK(n == int64_t(groups_[g].params.size()), "Optimizer::load_state_dict", "group ", g, " has ",
-             groups_[g].params.size(), " parameters but the state dict has ", n);
+    const int64_t n = detail::state_int(get(gp + "size"), kOp, gp + "size");
+    AG_CHECK(n == int64_t(groups_[g].params.size()), kOp, "group ", g, " has ", groups_[g].params.size(),
+             " parameters but the state dict has ", n);
   }
-  AG_CHECK(d.count("param_groups." + std::to_string(groups_.size()) + ".lr") == 0,
-           "Optimizer::load_state_dict", "the state dict has more than ", groups_.size(), " groups");
+  AG_CHECK(d.count("param_groups." + std::to_string(groups_.size()) + ".lr") == 0, kOp,
+           "the state dict has more than ", groups_.size(), " groups");
+  // Every key is known (as a module's strict load refuses unexpected keys), and every number
+  // passes the constructors' rules, before anything is assigned: a bad dict changes nothing.
+  std::set<std::string> known{"steps"};
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string gp = "param_groups." + std::to_string(g) + ".";
+    known.insert({gp + "lr", gp + "size"});
+    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
+      const std::string sp = "state." + std::to_string(g) + "." + std::to_string(j) + ".";
+      known.insert({sp + "buf1", sp + "buf2", sp + "master", sp + "step"});
+    }
+  }
+  for (const auto& [k, v] : d) AG_CHECK(known.count(k), kOp, "unexpected key '", k, "'");
+  std::vector<double> lrs;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string key = "param_groups." + std::to_string(g) + ".lr";
+    const double lr = detail::state_double(get(key), kOp, key);
+    AG_CHECK(lr >= 0 && std::isfinite(lr), kOp, "'", key, "' must be a finite non-negative learning rate, got ", lr);
+    lrs.push_back(lr);
+  }
+  const int64_t steps = detail::state_int(get("steps"), kOp, "steps");
+  std::vector<std::vector<int64_t>> param_steps(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t j = 0; j < groups_[g].params.size(); ++j) {
+      const std::string sp = "state." + std::to_string(g) + "." + std::to_string(j) + ".";
+      const Tensor& p = groups_[g].params[j];
+      for (const char* name : {"buf1", "buf2", "master"}) {
+        auto it = d.find(sp + name);
+        if (it == d.end()) continue;
+        AG_CHECK(it->second.defined() && it->second.is_floating_point(), kOp, "state '", sp + name,
+                 "' must be a floating tensor, got ", it->second.defined() ? dtype_name(it->second.dtype()) : "undefined");
+        AG_CHECK(it->second.sizes() == p.sizes(), kOp, "state '", sp + name, "' has shape ", it->second.sizes(),
+                 " but the parameter has shape ", p.sizes());
+      }
+      // A state saved without a step count has taken one step if it has buffers: that is
+      // all SGD's first-step rule needs to know.
+      auto st = d.find(sp + "step");
+      param_steps[g].push_back(st != d.end() ? detail::state_int(st->second, kOp, sp + "step")
+                               : d.count(sp + "buf1")   ? 1
+                                                        : -1);
+    }
   NoGradGuard ng;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    groups_[g].lr = get("param_groups." + std::to_string(g) + ".lr").item<double>();
+    groups_[g].lr = lrs[g];
     groups_[g].lr_tensor = Tensor();
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
       const std::string sp = "state." + std::to_string(g) + "." + std::to_string(j) + ".";
@@ -135,25 +178,16 @@ void Optimizer::load_state_dict(const StateDict& d) {
       const Tensor& p = groups_[g].params[j];
       auto load = [&](const char* name, Tensor& dst) {
         auto it = d.find(sp + name);
-        if (it == d.end()) {
-          dst = Tensor();
-          return;
-        }
-        AG_CHECK(it->second.sizes() == p.sizes(), "Optimizer::load_state_dict", "state '", sp + name,
-                 "' has shape ", it->second.sizes(), " but the parameter has shape ", p.sizes());
-        dst = it->second.to(p.device()).to(kFloat32).clone();
+        dst = it == d.end() ? Tensor() : it->second.to(p.device()).to(kFloat32).clone();
       };
       load("buf1", s.buf1);
       load("buf2", s.buf2);
       load("master", s.master);
-      // A state saved without a step count has taken one step if it has buffers: that is
-      // all SGD's first-step rule needs to know.
-      auto st = d.find(sp + "step");
-      const int64_t step = st != d.end() ? st->second.item<int64_t>() : s.buf1.defined() ? 1 : 0;
-      s.step = st != d.end() || s.buf1.defined() ? full({}, step, TensorOptions(kInt64).device(p.device())) : Tensor();
+      const int64_t step = param_steps[g][j];
+      s.step = step >= 0 ? full({}, step, TensorOptions(kInt64).device(p.device())) : Tensor();
     }
   }
-  step_count_ = get("steps").to(step_count_.device()).to(kInt64).reshape({}).clone();
+  step_count_ = full({}, steps, TensorOptions(kInt64).device(step_count_.device()));
 }
 
 StepResult Optimizer::step(const Tensor& found_inf) {

@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <set>
-#include <fstream>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/factories.h"
+#include "input_file.h"
 
 namespace ampgrad::nn {
 
@@ -46,6 +46,65 @@ DType st_dtype(const std::string& s, const std::string& path) {
   AG_ERROR("load", path, ": unsupported dtype '", s, "'");
 }
 
+// Deeper JSON is refused before a tree is built (safetensors headers nest three levels):
+// nothing that recurses (dump(), a recursive walk) then meets an unbounded depth.
+constexpr int kMaxDepth = 64;
+
+// The first pass over a header, as nlohmann SAX events: linear in the header's size, with
+// no tree. Records the first problem in `error`.
+struct HeaderScan {
+  using json = nlohmann::json;
+  int depth = 0;
+  std::unordered_set<std::string> top_keys;
+  std::string error;
+
+  bool open() {
+    if (++depth <= kMaxDepth) return true;
+    error = "JSON nested deeper than " + std::to_string(kMaxDepth) + " levels";
+    return false;
+  }
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return open(); }
+  bool start_array(std::size_t) { return open(); }
+  bool end_object() { return --depth, true; }
+  bool end_array() { return --depth, true; }
+  bool key(json::string_t& k) {
+    if (depth != 1 || top_keys.insert(k).second) return true;
+    error = "the name '" + k + "' appears twice";
+    return false;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    error = e.what();
+    return false;
+  }
+};
+
+// A header value for an error message, bounded in length: scalars and short flat lists in
+// JSON, anything else described.
+std::string show(const nlohmann::json& v) {
+  const auto scalar = [](const nlohmann::json& x) {
+    if (x.is_string() && x.get_ref<const std::string&>().size() > 64)
+      return nlohmann::json(x.get_ref<const std::string&>().substr(0, 64))
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "...";
+    return x.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  if (v.is_primitive()) return scalar(v);
+  if (v.is_array() && v.size() <= 16 &&
+      std::all_of(v.begin(), v.end(), [](const nlohmann::json& x) { return x.is_primitive(); })) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + scalar(v[i]);
+    return s + "]";
+  }
+  return std::string(v.is_array() ? "a list" : "an object") + " of " + std::to_string(v.size()) +
+         (v.size() == 1 ? " item" : " items");
+}
+
 // A header list of integers (shape, data_offsets). Each must be a non-negative JSON integer
 // no larger than max: nlohmann would otherwise turn -1 or 2.5 silently into some u64.
 std::vector<uint64_t> uints(const nlohmann::json& v, uint64_t max, const std::string& path,
@@ -57,7 +116,7 @@ std::vector<uint64_t> uints(const nlohmann::json& v, uint64_t max, const std::st
       ok = ok && x.is_number_unsigned() && x.get<uint64_t>() <= max;
       if (ok) out.push_back(x.get<uint64_t>());
     }
-  AG_CHECK(ok, "load", path, ": tensor '", name, "' has ", field, " ", v.dump(),
+  AG_CHECK(ok, "load", path, ": tensor '", name, "' has ", field, " ", show(v),
            ", not a list of non-negative integers");
   return out;
 }
@@ -126,14 +185,11 @@ void save(const std::string& path, const StateDict& tensors, const Metadata& met
 }
 
 StateDict load(const std::string& path, Metadata* metadata) {
-  std::ifstream in(path, std::ios::binary);
-  AG_CHECK(in.good(), "load", path, ": cannot open (no such file?)");
-  in.seekg(0, std::ios::end);
-  const uint64_t size = uint64_t(in.tellg());
-  in.seekg(0);
+  const detail::InputFile in(path, "load");
+  const uint64_t size = in.size();
   AG_CHECK(size >= 8, "load", path, ": too short for a safetensors file (", size, " bytes)");
   unsigned char len[8];
-  in.read(reinterpret_cast<char*>(len), 8);
+  in.read_at(0, len, 8, "the header length");
   uint64_t hlen = 0;
   for (int i = 0; i < 8; ++i) hlen |= uint64_t(len[i]) << (8 * i);
   AG_CHECK(hlen <= size - 8, "load", path, ": header length ", hlen, " exceeds the file size ", size);
@@ -141,29 +197,32 @@ StateDict load(const std::string& path, Metadata* metadata) {
   AG_CHECK(hlen <= kMaxHeader, "load", path, ": header length ", hlen, " is over the safetensors limit of ",
            kMaxHeader, " bytes");
   std::string h(hlen, '\0');
-  in.read(h.data(), std::streamsize(hlen));
+  in.read_at(8, h.data(), hlen, "the header");
   AG_CHECK(!h.empty() && h[0] == '{', "load", path, ": header does not start with '{'");
   // nlohmann's parser stops at a NUL byte and would accept "{...}\0garbage"; JSON text has
   // no raw NUL, and the padding the spec allows is spaces.
   const size_t nul = h.find('\0');
   AG_CHECK(nul == std::string::npos, "load", path, ": malformed header: a NUL byte at offset ", nul,
            " (the padding must be spaces)");
-  nlohmann::json header;
-  // A name given twice would silently keep the last entry (as a JSON object does): refuse.
-  std::string duplicate;
-  std::set<std::string> top_keys;
-  const auto check_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && !top_keys.insert(parsed.get<std::string>()).second &&
-        duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
+  // First pass (SAX, no tree): syntax, nesting depth, and names given twice, which a JSON
+  // object would silently keep the last of. The tree is built only after it passes, with
+  // no parser callback (nlohmann's callback parser rescans the enclosing object at the end
+  // of every value: 84 s for 50,000 tensors).
+  HeaderScan scan;
+  bool parsed = false;
   try {
-    header = nlohmann::json::parse(h, check_keys);  // the trailing space padding is JSON whitespace
+    parsed = nlohmann::json::sax_parse(h, &scan);  // the trailing space padding is JSON whitespace
   } catch (const std::exception& e) {
     AG_ERROR("load", path, ": malformed header: ", e.what());
   }
-  AG_CHECK(duplicate.empty(), "load", path, ": malformed header: the name '", duplicate, "' appears twice");
+  AG_CHECK(scan.error.empty(), "load", path, ": malformed header: ", scan.error);
+  AG_CHECK(parsed, "load", path, ": malformed header");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(h);
+  } catch (const std::exception& e) {
+    AG_ERROR("load", path, ": malformed header: ", e.what());
+  }
 
   // First the whole header is checked, then the data is read: a bad file allocates nothing.
   struct Entry {
@@ -181,7 +240,7 @@ StateDict load(const std::string& path, Metadata* metadata) {
       AG_CHECK(it.value().is_object(), "load", path, ": __metadata__ is not a map of strings");
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         AG_CHECK(m.value().is_string(), "load", path, ": __metadata__ value of '", m.key(),
-                 "' is not a string: ", m.value().dump());
+                 "' is not a string: ", show(m.value()));
         meta[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -193,7 +252,7 @@ StateDict load(const std::string& path, Metadata* metadata) {
       const auto dims = uints(e.at("shape"), uint64_t(INT64_MAX), path, name, "shape");
       const auto offs = uints(e.at("data_offsets"), UINT64_MAX, path, name, "data_offsets");
       AG_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, "load", path, ": tensor '", name,
-               "' has data offsets ", e.at("data_offsets").dump(), " outside the file's ", data_size,
+               "' has data offsets ", show(e.at("data_offsets")), " outside the file's ", data_size,
                " data bytes");
       std::vector<int64_t> shape(dims.begin(), dims.end());
       // numel * itemsize in u64 with overflow checks: a huge shape must not wrap around to a match.
@@ -229,11 +288,7 @@ StateDict load(const std::string& path, Metadata* metadata) {
   StateDict out;
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
-    if (t.nbytes() > 0) {
-      in.seekg(std::streamoff(8 + hlen + e.begin));
-      in.read(static_cast<char*>(t.raw_data()), std::streamsize(t.nbytes()));
-      AG_CHECK(in.good(), "load", path, ": read failed for tensor '", e.name, "'");
-    }
+    if (t.nbytes() > 0) in.read_at(8 + hlen + e.begin, t.raw_data(), t.nbytes(), "tensor '" + e.name + "'");
     if (e.dtype == kBool) {  // a byte other than 0 or 1 is not a valid C++ bool; numpy reads it as true
       auto* b = static_cast<unsigned char*>(t.raw_data());
       for (size_t i = 0; i < t.nbytes(); ++i) b[i] = b[i] != 0;

@@ -253,6 +253,42 @@ TEST(GradScalerErrors, BadOptionsAndArguments) {
   EXPECT_AG_ERROR(scaler.load_state_dict(d), "load_state_dict(): missing key \"growth_tracker\"");
 }
 
+// A loaded state passes the constructor's rules: integral counters, the growth tracker
+// within its interval, no unknown keys; a refused dict leaves the scaler as it was.
+TEST(GradScalerState, LoadValidatesEveryNumberAndKey) {
+  ag::GradScaler src({.init_scale = 16, .growth_interval = 3});
+  const auto d = src.state_dict();
+  auto f64 = [](double v) { return ag::scalar_tensor(v, ag::TensorOptions(ag::kFloat64)); };
+  auto i64 = [](int64_t v) { return ag::scalar_tensor(v, ag::TensorOptions(ag::kInt64)); };
+  const struct {
+    const char* key;
+    ag::Tensor value;
+    const char* problem;
+  } cases[] = {
+      {"growth_tracker", i64(3), "'growth_tracker' must be an integer in [0, 2], got 3"},
+      {"growth_tracker", f64(1.5), "'growth_tracker' must be an integer in [0, 2], got 1.5"},
+      {"growth_interval", f64(0), "'growth_interval' must be an integer in [1, 9223372036854775807], got 0"},
+      {"growth_interval", f64(std::nan("")), "'growth_interval' must be an integer"},
+      {"growth_interval", f64(1e30), "'growth_interval' must be an integer"},
+      {"num_updates", i64(-1), "'num_updates' must be an integer in [0"},
+      {"skipped_steps", f64(0.5), "'skipped_steps' must be an integer"},
+      {"last_overflow_step", i64(-7), "'last_overflow_step' must be an integer in [-1"},
+      {"scale", ag::zeros({2}, ag::kFloat64), "'scale' must hold one number, got shape [2]"},
+      {"scale", f64(INFINITY), "init_scale must be positive, finite"},
+      {"growth_factor", f64(0.5), "growth_factor must be >= 1"},
+      {"scale_", f64(1), "load_state_dict(): unexpected key \"scale_\""},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key);
+    auto bad = d;
+    bad[c.key] = c.value;
+    ag::GradScaler dst({.init_scale = 2, .growth_interval = 5});
+    EXPECT_AG_ERROR(dst.load_state_dict(bad), c.problem);
+    EXPECT_EQ(dst.get_scale(), 2);
+    EXPECT_EQ(dst.options().growth_interval, 5);
+  }
+}
+
 // ---- several optimizers ------------------------------------------------------------------
 
 TEST(GradScalerMulti, EachOptimizerSkipsOnItsOwnGradients) {

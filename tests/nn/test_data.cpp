@@ -2,7 +2,9 @@
 // drop_last, seeding, prefetch), CharDataset, and the datasets' missing-file errors.
 #include "support/testing.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -156,7 +158,77 @@ TEST(DataIdx, CorruptFilesNameThePathAndProblem) {
 TEST(DataIdx, MissingFileNamed) {
   TempDir dir;
   const std::string path = dir.file("nope-idx1-ubyte.gz");
-  EXPECT_AG_ERROR(data::read_idx(path), path + ": no such file");
+  EXPECT_AG_ERROR(data::read_idx(path), path + ": cannot open: no such file");
+}
+
+namespace {
+
+// A gzip file (zlib's gzwrite) holding the IDX header for `dims`, then `zeros` zero bytes.
+void write_gz_idx(const std::string& path, const std::vector<uint32_t>& dims, uint64_t zeros) {
+  Bytes head{0, 0, 8, uint8_t(dims.size())};
+  for (uint32_t d : dims)
+    for (int k = 3; k >= 0; --k) head.push_back(uint8_t(d >> (8 * k)));
+  gzFile f = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, head.data(), unsigned(head.size())), int(head.size()));
+  const std::vector<unsigned char> block(1 << 20, 0);
+  for (uint64_t left = zeros; left > 0;) {
+    const unsigned n = unsigned(std::min<uint64_t>(left, block.size()));
+    ASSERT_EQ(gzwrite(f, block.data(), n), int(n));
+    left -= n;
+  }
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+long max_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+}  // namespace
+
+// Compressed data is inflated only as far as the dims say, plus one byte to detect more:
+// memory is bounded by the declared size, which is checked first against a limit (16 GiB)
+// and against what the gzip file could hold (deflate inflates at most 1032:1).
+TEST(DataIdx, GzipInflatesOnlyWhatTheHeaderDeclares) {
+  TempDir dir;
+  // 256 MiB of zeros (a file of about 250 KB) under a header that declares 10 bytes
+  const std::string bomb = dir.file("bomb-idx1-ubyte.gz");
+  write_gz_idx(bomb, {10}, uint64_t(256) << 20);
+  EXPECT_LT(fs::file_size(bomb), 2u << 20);
+  const long before = max_rss_kib();
+  const std::string msg = error_of([&] { data::read_idx(bomb); });
+  const long grew_mib = (max_rss_kib() - before) / 1024;
+  EXPECT_TRUE(has(msg, "[read_idx] " + bomb + ": dims [10] need 10 bytes of data but the file has more (trailing data)"))
+      << msg;
+  EXPECT_LT(grew_mib, 64) << "reading the 10 declared bytes grew the peak memory by " << grew_mib << " MiB";
+
+  // dims that declare far more than the small gzip file can inflate to: refused before allocating
+  const std::string liar = dir.file("liar-idx3-ubyte.gz");
+  write_gz_idx(liar, {1000, 1000, 1000}, 100);
+  const std::string msg2 = error_of([&] { data::read_idx(liar); });
+  EXPECT_TRUE(has(msg2, liar + ": dims [1000, 1000, 1000] need 1000000000 bytes of data, more than a gzip file of ")) << msg2;
+  EXPECT_TRUE(has(msg2, "bytes can inflate to (at most 1032:1)")) << msg2;
+
+  // dims over the limit, and dims whose product overflows 64 bits (it wrapped to 0 and loaded)
+  const std::string huge = dir.file("huge-idx3-ubyte.gz");
+  write_gz_idx(huge, {1u << 16, 1u << 16, 1u << 8}, 0);
+  EXPECT_AG_ERROR(data::read_idx(huge), "dims [65536, 65536, 256] are implausibly large: they need 1099511627776 bytes");
+  const std::string wrap = dir.file("wrap-idx3-ubyte");
+  write_bytes(wrap, {0, 0, 8, 3, 0, 0x10, 0, 0, 0, 0x08, 0, 0, 0x40, 0, 0, 0});  // 2^20 * 2^19 * 2^30 = 2^69
+  EXPECT_AG_ERROR(data::read_idx(wrap), "dims [1048576, 524288, 1073741824] are implausibly large: they need more than 2^64 bytes");
+  // a plain file's size is checked before allocating, too
+  const std::string plain = dir.file("plain-idx3-ubyte");
+  write_bytes(plain, {0, 0, 8, 3, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 1, 2, 3});
+  EXPECT_AG_ERROR(data::read_idx(plain), "dims [1024, 1024, 1024] need 1073741824 bytes of data but the file has 3 (truncated)");
+
+  // what the header declares, exactly, still loads; and a file that is whole zeros does too
+  const std::string exact = dir.file("exact-idx2-ubyte.gz");
+  write_gz_idx(exact, {1000, 1000}, 1000000);
+  const Tensor t = data::read_idx(exact);
+  EXPECT_EQ(t.sizes(), (std::vector<int64_t>{1000, 1000}));
+  EXPECT_EQ(t.sum().item<int64_t>(), 0);
 }
 
 // ---- DataLoader -------------------------------------------------------------------------------
@@ -489,4 +561,11 @@ TEST(DataFashionMnist, SmallFakeCopyLoadsNormalised) {
   // labels that do not match the images
   data::write_idx(dir.file("t10k-labels-idx1-ubyte.gz"), from_vector<uint8_t>({9, 0}, {2}));
   EXPECT_AG_ERROR(data::fashion_mnist(false, dir.path().string()), "expected 3 labels, got shape [2]");
+  // labels are classes 0 to 9; another value would index past the 10 logits
+  const std::string labels = dir.file("t10k-labels-idx1-ubyte.gz");
+  data::write_idx(labels, from_vector<uint8_t>({9, 10, 4}, {3}));
+  EXPECT_AG_ERROR(data::fashion_mnist(false, dir.path().string()),
+                  "[fashion_mnist] " + labels + ": label 10 at index 1 is out of range (the 10 classes are 0 to 9)");
+  data::write_idx(labels, from_vector<uint8_t>({9, 0, 255}, {3}));
+  EXPECT_AG_ERROR(data::fashion_mnist(false, dir.path().string()), "label 255 at index 2 is out of range");
 }

@@ -378,6 +378,46 @@ TEST(OptimState, StateDictRoundTripContinuesIdentically) {
   EXPECT_EQ(pb.to_vector<double>(), pa.to_vector<double>());
 }
 
+// The numbers of a state dict pass the constructor's rules, and every key is known;
+// a refused dict changes nothing.
+TEST(OptimState, LoadStateDictValidatesNumbersAndKeys) {
+  Tensor a = make_param();
+  optim::Adam src({a}, {.lr = 0.01});
+  set_grad(a, kGrads[0]);
+  src.step();
+  const auto sd = src.state_dict();
+  auto f64 = [](double v) { return scalar_tensor(v, TensorOptions(kFloat64)); };
+  const struct {
+    const char* key;
+    Tensor value;
+    const char* problem;
+  } cases[] = {
+      {"param_groups.0.lr", f64(-1), "'param_groups.0.lr' must be a finite non-negative learning rate, got -1"},
+      {"param_groups.0.lr", f64(std::nan("")), "'param_groups.0.lr' must be a finite non-negative learning rate, got nan"},
+      {"steps", f64(1.5), "'steps' must be an integer in [0, 9223372036854775807], got 1.5"},
+      {"steps", scalar_tensor(int64_t(-1), TensorOptions(kInt64)), "'steps' must be an integer in [0, 9223372036854775807], got -1"},
+      {"state.0.0.step", f64(1e300), "'state.0.0.step' must be an integer"},
+      {"param_groups.0.size", f64(1.25), "'param_groups.0.size' must be an integer"},
+      {"state.0.0.momentum", zeros({3}), "unexpected key 'state.0.0.momentum'"},
+      {"state.1.0.buf1", zeros({3}), "unexpected key 'state.1.0.buf1'"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.key);
+    auto bad = sd;
+    bad[c.key] = c.value;
+    optim::Adam dst({make_param()}, {.lr = 0.5});
+    EXPECT_AG_ERROR(dst.load_state_dict(bad), std::string("[Optimizer::load_state_dict] ") + c.problem);
+    EXPECT_EQ(dst.lr(), 0.5);
+    EXPECT_EQ(dst.steps(), 0);
+  }
+  // an integral float is an integer
+  auto ok = sd;
+  ok["steps"] = f64(1);
+  optim::Adam dst({make_param()});
+  dst.load_state_dict(ok);
+  EXPECT_EQ(dst.steps(), 1);
+}
+
 TEST(OptimState, LoadStateDictLayoutErrors) {
   Tensor a = make_param(), b = make_param();
   optim::Adam two({a, b});

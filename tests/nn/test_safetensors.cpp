@@ -9,10 +9,13 @@
 // (tests/interop/safetensors_interop.py), which scripts/install-test-deps installs.
 #include "support/testing.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <bit>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -534,4 +537,107 @@ TEST(SafetensorsInterop, AgLoadsWhatPythonSaves) {
   const std::string want = dir.file("expected.json");
   std::ofstream(want) << expected.dump();
   EXPECT_TRUE(run_interop(py, "check " + shell_quote(again) + " " + shell_quote(want), dir));
+}
+
+// ---- hostile headers and files --------------------------------------------------------------
+
+// JSON nesting is bounded before anything walks it: 100,000 levels under a tensor's shape
+// or in the metadata used to reach a recursive dump() in the error message and overflow
+// the stack. 64 levels is the limit; a value nested within it is described, not dumped.
+TEST(SafetensorsHostile, DeepNestingIsRefusedBeforeAnythingRecurses) {
+  TempDir dir;
+  const auto nest = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+  struct Case {
+    std::string name, header, problem;
+  };
+  const std::vector<Case> cases = {
+      {"deep-shape", R"({"w":{"dtype":"F32","shape":)" + nest(100000) + R"(,"data_offsets":[0,0]}})",
+       "malformed header: JSON nested deeper than 64 levels"},
+      {"deep-meta", R"({"__metadata__":{"k":)" + nest(100000) + "}}", "JSON nested deeper than 64 levels"},
+      {"deep-unclosed", "{\"a\":" + std::string(200000, '['), "JSON nested deeper than 64 levels"},
+      {"deep-objects", [] {
+         std::string h = "{\"w\":";
+         for (int i = 0; i < 50000; ++i) h += "{\"a\":";
+         h += "1";
+         for (int i = 0; i < 50000; ++i) h += "}";
+         return h + "}";
+       }(),
+       "JSON nested deeper than 64 levels"},
+      // within the limit: refused by the usual checks, the value described briefly
+      {"meta-nested-60", R"({"__metadata__":{"k":)" + nest(60) + "}}", "__metadata__ value of 'k' is not a string: a list of 1 item"},
+      {"shape-nested-60", R"({"w":{"dtype":"F32","shape":)" + nest(60) + R"(,"data_offsets":[0,0]}})",
+       "tensor 'w' has shape a list of 1 item, not a list of non-negative integers"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = dir.file(c.name + ".safetensors");
+    write_bytes(path, st_file(c.header, {}));
+    // in a child: without the bound, this overflows the stack
+    const std::string msg = error_in_child([&] { nn::load(path); });
+    EXPECT_TRUE(has(msg, "[load] " + path + ": ")) << c.name << ": " << msg;
+    EXPECT_TRUE(has(msg, c.problem)) << c.name << ": " << msg << "\nexpected: " << c.problem;
+  }
+  // 64 levels below the top is still JSON the loader reads (and refuses for what it says)
+  const std::string path = dir.file("at-limit.safetensors");
+  write_bytes(path, st_file(R"({"__metadata__":{"k":)" + nest(62) + "}}", {}));
+  EXPECT_AG_ERROR(nn::load(path), "__metadata__ value of 'k' is not a string");
+}
+
+// Parsing is linear in the header: 50,000 tiny tensors (a 3.5 MB header) took 84 s when
+// a parser callback checked for duplicate names; the time is printed, not asserted. A name
+// given twice at the end of such a header is still refused.
+TEST(SafetensorsHostile, HeaderOf50000TensorsLoadsAndDuplicatesAreStillRefused) {
+  TempDir dir;
+  const std::string path = dir.file("many.safetensors");
+  constexpr int kN = 50000;
+  nn::StateDict d;
+  for (int i = 0; i < kN; ++i) d["layer." + std::to_string(i) + ".w"] = full({2}, double(i), kFloat32);
+  nn::save(path, d);
+  const auto t0 = std::chrono::steady_clock::now();
+  const nn::StateDict back = nn::load(path);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[          ] loading a header of %d tensors (%zu bytes) took %.3f s\n", kN, size_t(u64_at(read_bytes(path), 0)),
+              secs);
+  ASSERT_EQ(back.size(), size_t(kN));
+  EXPECT_EQ(back.at("layer.49999.w").to_vector<double>(), (std::vector<double>{49999, 49999}));
+
+  std::string h = "{";
+  for (int i = 0; i < kN; ++i) h += "\"t" + std::to_string(i) + R"(":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},)";
+  h += R"("t17":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}})";
+  const std::string dup = dir.file("dup.safetensors");
+  write_bytes(dup, st_file(h, {}));
+  EXPECT_AG_ERROR(nn::load(dup), dup + ": malformed header: the name 't17' appears twice");
+}
+
+// Only regular files are opened; a FIFO used to block forever, a directory gave a header
+// length from uninitialised bytes. Each is refused by name, at once (in a child process
+// that is killed if it blocks).
+TEST(SafetensorsHostile, OnlyRegularFilesAreOpened) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string sub = dir.file("folder.safetensors");
+  fs::create_directory(sub);
+  EXPECT_EQ(error_in_child([&] { nn::load(fifo); }, 10), "[load] " + fifo + ": is a FIFO (named pipe), not a regular file");
+  EXPECT_AG_ERROR(nn::load(sub), "[load] " + sub + ": is a directory, not a regular file");
+  EXPECT_AG_ERROR(nn::load("/dev/null"), "[load] /dev/null: is a character device, not a regular file");
+  EXPECT_AG_ERROR(nn::load(dir.file("nope.safetensors")), dir.file("nope.safetensors") + ": cannot open: no such file");
+  // the same for IDX files and Lite checkpoints, which use the same opening
+  EXPECT_EQ(error_in_child([&] { data::read_idx(fifo); }, 10), "[read_idx] " + fifo + ": is a FIFO (named pipe), not a regular file");
+  EXPECT_AG_ERROR(data::read_idx(sub), "[read_idx] " + sub + ": is a directory, not a regular file");
+  EXPECT_AG_ERROR(Lite({.accelerator = "cpu"}).load(sub, {}), sub + ": is a directory, not a regular file");
+}
+
+// A file the process may not read says so (it said "no such file?"). As root, the check
+// runs in a child that drops to nobody first.
+TEST(SafetensorsHostile, PermissionDeniedSaysSo) {
+  TempDir dir;
+  fs::permissions(dir.path(), fs::perms::all);  // anyone may enter the directory, but not read the file
+  const std::string path = dir.file("secret.safetensors");
+  nn::save(path, {{"w", zeros({2})}});
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  if (::geteuid() != 0) fs::permissions(path, fs::perms::none);
+  const std::string msg = error_in_child([&] { nn::load(path); }, 20, /*unprivileged=*/true);
+  EXPECT_EQ(msg, "[load] " + path + ": cannot open: permission denied");
+  const std::string msg2 = error_in_child([&] { data::read_idx(path); }, 20, true);
+  EXPECT_EQ(msg2, "[read_idx] " + path + ": cannot open: permission denied");
 }

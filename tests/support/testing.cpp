@@ -1,9 +1,14 @@
 #include "support/testing.h"
 
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -162,6 +167,52 @@ void write_bytes(const std::string& path, const Bytes& b) {
 Bytes read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string error_in_child(const std::function<void()>& f, int seconds, bool unprivileged) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "<pipe failed>";
+  const pid_t pid = ::fork();
+  if (pid < 0) return "<fork failed>";
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string msg;
+    if (unprivileged && ::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+      msg = "<cannot drop root>";
+    else
+      msg = error_of(f);
+    size_t off = 0;
+    while (off < msg.size()) {
+      const ssize_t w = ::write(fds[1], msg.data() + off, msg.size() - off);
+      if (w <= 0) break;
+      off += size_t(w);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  bool timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0) continue;
+    char buf[4096];
+    const ssize_t r = ::read(fds[0], buf, sizeof buf);
+    if (r <= 0) break;  // the child closed its end: done
+    out.append(buf, size_t(r));
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (timed_out) return "<timed out>";
+  if (!WIFEXITED(status)) return "<crashed>";
+  return out;
 }
 
 std::string error_of(const std::function<void()>& f) {

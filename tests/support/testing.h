@@ -64,6 +64,10 @@ void write_bytes(const std::string& path, const Bytes& b);
 Bytes read_bytes(const std::string& path);
 /// The message of the ag::Error that f throws, or "<no error>".
 std::string error_of(const std::function<void()>& f);
+/// error_of(f) run in a child process, which the parent kills after `seconds`: then
+/// "<timed out>" (f blocked), or "<crashed>". With `unprivileged`, a child running as root
+/// first becomes user and group 65534 (nobody), so that file permissions apply to it.
+std::string error_in_child(const std::function<void()>& f, int seconds = 20, bool unprivileged = false);
 inline bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
 /// What made each host sync that f counted (ag::host_sync_count), in order; empty: none.

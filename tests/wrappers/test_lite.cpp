@@ -4,6 +4,7 @@
 #include "support/testing.h"
 
 #include <cmath>
+#include <functional>
 
 using namespace ag;
 namespace prof = ag::hw::profiles;
@@ -420,6 +421,117 @@ TEST(LiteCheckpoint, FileIsSafetensorsWithTheScalerAndMissingItemsAreNamed) {
   TrainRun c("bf16-mixed");
   EXPECT_AG_ERROR(c.lite.load(path, c.state()), "holds grad-scaler state (saved under 16-mixed), but this Lite runs bf16-mixed");
   EXPECT_AG_ERROR(a.lite.save(path, {{"lite.x", a.step}}), "reserved");
+}
+
+// Every number in a checkpoint passes the rules the constructors apply, and every key
+// belongs to something: a bad item is refused naming the file and the key (the optimizer
+// and the scaler check everything before they change anything).
+TEST(LiteCheckpoint, EveryNumberAndKeyIsValidated) {
+  agt::TempDir dir;
+  const std::string good = (dir.path() / "good.safetensors").string();
+  manual_seed(13);
+  TrainRun a("16-mixed");
+  a.train(3);
+  a.lite.save(good, a.state());
+  nn::Metadata meta0;
+  const nn::StateDict t0 = nn::load(good, &meta0);
+  const double nan = std::nan(""), inf = INFINITY;
+  const auto f64 = [](double v) { return scalar_tensor(v, TensorOptions(kFloat64)); };
+  const auto i64 = [](int64_t v) { return scalar_tensor(v, TensorOptions(kInt64)); };
+  struct Case {
+    std::string name;
+    std::function<void(nn::StateDict&, nn::Metadata&)> edit;
+    std::string problem;
+  };
+  const std::vector<Case> cases = {
+      // the optimizer: learning rates, step counters, buffers, unknown keys
+      {"lr-negative", [&](auto& t, auto&) { t["optimizer.param_groups.0.lr"] = f64(-0.1); },
+       "\"optimizer\": 'param_groups.0.lr' must be a finite non-negative learning rate, got -0.1"},
+      {"lr-nan", [&](auto& t, auto&) { t["optimizer.param_groups.0.lr"] = f64(nan); }, "'param_groups.0.lr' must be a finite"},
+      {"lr-inf", [&](auto& t, auto&) { t["optimizer.param_groups.0.lr"] = f64(inf); }, "'param_groups.0.lr' must be a finite"},
+      {"lr-two", [&](auto& t, auto&) { t["optimizer.param_groups.0.lr"] = zeros({2}, kFloat64); },
+       "'param_groups.0.lr' must hold one number, got shape [2]"},
+      {"steps-fraction", [&](auto& t, auto&) { t["optimizer.steps"] = f64(2.5); }, "'steps' must be an integer in [0, 9223372036854775807], got 2.5"},
+      {"steps-negative", [&](auto& t, auto&) { t["optimizer.steps"] = i64(-3); }, "'steps' must be an integer in [0, 9223372036854775807], got -3"},
+      {"steps-huge", [&](auto& t, auto&) { t["optimizer.steps"] = f64(1e19); }, "'steps' must be an integer"},
+      {"param-step-nan", [&](auto& t, auto&) { t["optimizer.state.0.0.step"] = f64(nan); }, "'state.0.0.step' must be an integer"},
+      {"size-fraction", [&](auto& t, auto&) { t["optimizer.param_groups.0.size"] = f64(4.5); }, "'param_groups.0.size' must be an integer"},
+      {"buffer-int", [&](auto& t, auto&) { t["optimizer.state.0.0.buf1"] = t.at("optimizer.state.0.0.buf1").to(kInt64); },
+       "state 'state.0.0.buf1' must be a floating tensor, got int64"},
+      {"optimizer-unknown", [&](auto& t, auto&) { t["optimizer.state.0.99.buf1"] = zeros({1}); }, "unexpected key 'state.0.99.buf1'"},
+      // the grad scaler's state
+      {"tracker-past-interval", [&](auto& t, auto&) { t["lite.precision_state.growth_tracker"] = i64(2); },
+       "grad-scaler state (lite.precision_state.*): 'growth_tracker' must be an integer in [0, 1], got 2"},
+      {"tracker-negative", [&](auto& t, auto&) { t["lite.precision_state.growth_tracker"] = i64(-1); }, "'growth_tracker' must be an integer in [0, 1]"},
+      {"interval-fraction", [&](auto& t, auto&) { t["lite.precision_state.growth_interval"] = f64(2.5); }, "'growth_interval' must be an integer"},
+      {"interval-huge", [&](auto& t, auto&) { t["lite.precision_state.growth_interval"] = f64(1e300); }, "'growth_interval' must be an integer"},
+      {"skipped-negative", [&](auto& t, auto&) { t["lite.precision_state.skipped_steps"] = i64(-5); }, "'skipped_steps' must be an integer in [0"},
+      {"overflow-step", [&](auto& t, auto&) { t["lite.precision_state.last_overflow_step"] = i64(-2); }, "'last_overflow_step' must be an integer in [-1"},
+      {"scale-nan", [&](auto& t, auto&) { t["lite.precision_state.scale"] = f64(nan); }, "init_scale must be positive, finite"},
+      {"scaler-unknown", [&](auto& t, auto&) { t["lite.precision_state.bogus"] = f64(1); }, "unexpected key \"bogus\""},
+      // the scheduler, a counter, the generator's position
+      {"last-step-negative", [&](auto& t, auto&) { t["scheduler.last_step"] = i64(-1); }, "'scheduler.last_step' must be an integer in [0"},
+      {"last-step-fraction", [&](auto& t, auto&) { t["scheduler.last_step"] = f64(0.5); }, "'scheduler.last_step' must be an integer"},
+      {"scheduler-unknown", [&](auto& t, auto&) { t["scheduler.extra"] = i64(1); }, "unexpected key 'scheduler.extra' for scheduler"},
+      {"counter-fraction", [&](auto& t, auto&) { t["step"] = f64(3.25); }, "'step' must be an integer"},
+      {"counter-nan", [&](auto& t, auto&) { t["step"] = f64(nan); }, "'step' must be an integer"},
+      {"counter-two", [&](auto& t, auto&) { t["step"] = zeros({2}, kInt64); }, "'step' must hold one number"},
+      {"seed-negative", [&](auto&, auto& m) { m["lite.rng_seed"] = "-1"; }, "'lite.rng_seed' must be a decimal number in [0, 2^64), got \"-1\""},
+      {"seed-junk", [&](auto&, auto& m) { m["lite.rng_seed"] = "12x"; }, "'lite.rng_seed' must be a decimal number"},
+      {"seed-empty", [&](auto&, auto& m) { m["lite.rng_seed"] = ""; }, "'lite.rng_seed' must be a decimal number"},
+      {"seed-overflow", [&](auto&, auto& m) { m["lite.rng_seed"] = "18446744073709551616"; }, "'lite.rng_seed' must be a decimal number"},
+      {"offset-space", [&](auto&, auto& m) { m["lite.rng_offset"] = " 7"; }, "'lite.rng_offset' must be a decimal number"},
+      {"offset-missing", [&](auto&, auto& m) { m.erase("lite.rng_offset"); }, "has only one of lite.rng_seed and lite.rng_offset"},
+      // keys that belong to no item
+      {"unknown-tensor", [&](auto& t, auto&) { t["extra"] = zeros({1}); }, "unexpected keys that belong to no item of the state: \"extra\""},
+      {"unknown-meta", [&](auto&, auto& m) { m["note"] = "x"; }, "\"note (metadata)\""},
+      {"module-unknown", [&](auto& t, auto&) { t["model.9.weight"] = zeros({1}); }, "unexpected keys: 9.weight"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    nn::StateDict t = t0;
+    nn::Metadata m = meta0;
+    c.edit(t, m);
+    const std::string path = (dir.path() / (c.name + ".safetensors")).string();
+    nn::save(path, t, m);
+    manual_seed(99);
+    TrainRun b("16-mixed");
+    const double lr_before = b.adamw.lr();
+    const std::string msg = agt::error_of([&] { b.lite.load(path, b.state()); });
+    EXPECT_TRUE(agt::contains(msg, "[Lite::load] " + path)) << msg;
+    EXPECT_TRUE(agt::contains(msg, c.problem)) << msg << "\nexpected: " << c.problem;
+    if (c.name.rfind("lr-", 0) == 0 || c.name.rfind("steps-", 0) == 0) {  // the optimizer is left as it was
+      EXPECT_EQ(b.adamw.lr(), lr_before);
+      EXPECT_EQ(b.adamw.steps(), 0);
+    }
+  }
+  // strict = false ignores keys that belong to no item, and still checks the items
+  {
+    nn::StateDict t = t0;
+    nn::Metadata m = meta0;
+    t["extra"] = zeros({1});
+    m["note"] = "x";
+    const std::string path = (dir.path() / "loose.safetensors").string();
+    nn::save(path, t, m);
+    TrainRun b("16-mixed");
+    b.lite.load(path, b.state(), /*strict=*/false);
+    EXPECT_EQ(b.step, 3);
+    EXPECT_AG_ERROR(b.lite.load(path, b.state()), "unexpected keys");
+  }
+  // an integer stored as an integral float is fine (PyTorch keeps some counters so)
+  {
+    nn::StateDict t = t0;
+    nn::Metadata m = meta0;
+    t["optimizer.steps"] = f64(3);
+    t["lite.precision_state.growth_tracker"] = f64(1);
+    t["step"] = f64(3);
+    const std::string path = (dir.path() / "floats.safetensors").string();
+    nn::save(path, t, m);
+    TrainRun b("16-mixed");
+    b.lite.load(path, b.state());
+    EXPECT_EQ(b.step, 3);
+    EXPECT_EQ(b.adamw.steps(), 3);
+  }
 }
 
 TEST(LiteMisc, ClipGradientsWorksUnderEveryPrecision) {

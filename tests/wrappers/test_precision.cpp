@@ -101,6 +101,37 @@ TEST(Accelerator, CudaWithoutADeviceFailsClearly) {
   EXPECT_AG_ERROR(Lite({.accelerator = "cuda", .precision = "32-true", .profile = &cpu}), "built without CUDA");
 }
 
+// A malformed device list is a mistake in the string on every machine: it is named as a
+// parse error before the hardware is asked (it said "built without CUDA" or "no CUDA device").
+TEST(Accelerator, MalformedDeviceListsAreParseErrors) {
+  const auto cpu = prof::cpu_avx512_bf16(), h200 = prof::h200();
+  hw::HardwareProfile built_no_gpu = cpu;
+  built_no_gpu.built_with_cuda = true;
+  const struct {
+    const char* acc;
+    const char* problem;
+  } cases[] = {
+      {"cuda:-1", "\"-1\" is not a device index"},   {"cuda:0,,x", "an empty item"},
+      {"cuda:", "an empty item"},                      {"cuda:1x", "\"1x\" is not a device index"},
+      {"cuda:0,", "an empty item"},                    {"cuda:,0", "an empty item"},
+      {"cuda: 1", "\" 1\" is not a device index"},   {"cuda:+1", "\"+1\" is not a device index"},
+      {"cuda:99999999999", "is not a device index"},  {"cuda:0,x", "\"x\" is not a device index"},
+  };
+  for (const auto& c : cases)
+    for (const hw::HardwareProfile* p : {&cpu, static_cast<const hw::HardwareProfile*>(&built_no_gpu), &h200}) {
+      SCOPED_TRACE(c.acc);
+      const std::string msg = agt::error_of([&] { resolve_accelerator(c.acc, *p); });
+      EXPECT_TRUE(agt::contains(msg, std::string("[accelerator] bad CUDA device list in \"") + c.acc + "\": ")) << msg;
+      EXPECT_TRUE(agt::contains(msg, c.problem)) << msg;
+      EXPECT_FALSE(agt::contains(msg, "CUDA device was found") || agt::contains(msg, "built without CUDA")) << msg;
+    }
+  EXPECT_AG_ERROR(Lite({.accelerator = "cuda:-1", .precision = "32-true", .profile = &cpu}), "bad CUDA device list in \"cuda:-1\"");
+  // well-formed lists still resolve, or name what is missing
+  EXPECT_EQ(resolve_accelerator("cuda:7,0,7", h200).devices, (std::vector<Device>{Device(kCUDA, 7), Device(kCUDA, 0)}));
+  EXPECT_AG_ERROR(resolve_accelerator("cuda:0", cpu), "accelerator \"cuda:0\" was requested, but ampgrad was built without CUDA");
+  EXPECT_AG_ERROR(resolve_accelerator("cuda:8", h200), "cuda:8 does not exist (8 CUDA devices found)");
+}
+
 // The "auto" table of docs/precision.md, row by row.
 TEST(PrecisionAuto, ResolutionTable) {
   struct Row {

@@ -2,7 +2,9 @@
 // bookkeeping, the plain-backward guard under 16-mixed, and checkpoints.
 #include "ampgrad/wrappers/lite.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/error.h"
@@ -10,6 +12,7 @@
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
 #include "ampgrad/ops/shape.h"
+#include "ampgrad/state_number.h"
 
 namespace ampgrad {
 
@@ -195,24 +198,78 @@ void Lite::save(const std::string& path, const LiteState& state) {
   nn::save(path, tensors, meta);
 }
 
-void Lite::load(const std::string& path, const LiteState& state) {
+namespace {
+
+// An error from a nested load (a module's, the optimizer's, the scaler's), restated with
+// the file and the item: "[Lite::load] <path>: <what>: <message without its [op]>".
+template <class F>
+void naming_the_file(const std::string& path, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind("[Lite::load] ", 0) == 0 && msg.find(path) != std::string::npos) throw;  // names it already
+    if (!msg.empty() && msg[0] == '[' && msg.find("] ") != std::string::npos) msg = msg.substr(msg.find("] ") + 2);
+    AG_ERROR("Lite::load", path, ": ", what, ": ", msg);
+  }
+}
+
+}  // namespace
+
+void Lite::load(const std::string& path, const LiteState& state, bool strict) {
   nn::Metadata meta;
   const nn::StateDict tensors = nn::load(path, &meta);
-  for (const auto& [name, item] : state) item.load(name, tensors, meta, path);
-  std::map<std::string, Tensor> plugin_state;
   const std::string prefix = "lite.precision_state.";
+  // Everything that can be checked before anything is restored is checked first: the
+  // precision's state, the items' presence, unknown keys, the generator's position.
+  std::map<std::string, Tensor> plugin_state;
   for (const auto& [k, v] : tensors)
     if (k.rfind(prefix, 0) == 0) plugin_state[k.substr(prefix.size())] = v;
-  if (!plugin_state.empty()) {
+  if (!plugin_state.empty())
     AG_CHECK(core_->plugin->scaler(), "Lite::load", path, " holds grad-scaler state (saved under ",
              meta.count("lite.precision") ? meta.at("lite.precision") : std::string("16-mixed"),
              "), but this Lite runs ", precision_name(precision()));
-    core_->plugin->load_state_dict(plugin_state);
+  const auto owned = [&](const std::string& k, bool in_metadata) {
+    return std::any_of(state.begin(), state.end(), [&](const auto& it) { return it.second.owns(it.first, k, in_metadata); });
+  };
+  for (const auto& [name, item] : state) {
+    bool present = false;
+    for (const auto& [k, v] : tensors) present = present || item.owns(name, k, false);
+    for (const auto& [k, v] : meta) present = present || item.owns(name, k, true);
+    if (!present) item.load(name, tensors, meta, path);  // throws "... has no <item>" before changing anything
   }
+  if (strict) {  // every key belongs to an item or to Lite itself
+    std::vector<std::string> unknown;
+    for (const auto& [k, v] : tensors)
+      if (k.rfind(prefix, 0) != 0 && !owned(k, false)) unknown.push_back(k);
+    for (const auto& [k, v] : meta)
+      if (k != "lite.precision" && k != "lite.rng_seed" && k != "lite.rng_offset" && !owned(k, true))
+        unknown.push_back(k + " (metadata)");
+    if (!unknown.empty()) {
+      std::string list;
+      for (size_t i = 0; i < unknown.size() && i < 8; ++i) list += (i ? ", " : "") + ("\"" + unknown[i] + "\"");
+      if (unknown.size() > 8) list += ", ... (" + std::to_string(unknown.size()) + " in all)";
+      AG_ERROR("Lite::load", path, ": unexpected keys that belong to no item of the state: ", list,
+               "; pass strict = false to ignore them");
+    }
+  }
+  uint64_t seed = 0, offset = 0;
+  const bool has_rng = meta.count("lite.rng_seed") || meta.count("lite.rng_offset");
+  if (has_rng) {
+    AG_CHECK(meta.count("lite.rng_seed") && meta.count("lite.rng_offset"), "Lite::load", path,
+             ": has only one of lite.rng_seed and lite.rng_offset");
+    naming_the_file(path, "metadata", [&] {
+      seed = detail::parse_u64(meta.at("lite.rng_seed"), "Lite::load", "lite.rng_seed");
+      offset = detail::parse_u64(meta.at("lite.rng_offset"), "Lite::load", "lite.rng_offset");
+    });
+  }
+  for (const auto& [name, item] : state)
+    naming_the_file(path, "\"" + name + "\"", [&] { item.load(name, tensors, meta, path); });
+  if (!plugin_state.empty())
+    naming_the_file(path, "grad-scaler state (" + prefix + "*)", [&] { core_->plugin->load_state_dict(plugin_state); });
   core_->stepped.clear();
   core_->unscaled.clear();
-  if (meta.count("lite.rng_seed") && meta.count("lite.rng_offset"))
-    set_generator_state(std::stoull(meta.at("lite.rng_seed")), std::stoull(meta.at("lite.rng_offset")));
+  if (has_rng) set_generator_state(seed, offset);
 }
 
 // ---- LiteOptimizer and LiteScheduler -------------------------------------------------------
@@ -334,11 +391,15 @@ StateItem::StateItem(LiteOptimizer& optimizer) : StateItem(optimizer.optimizer()
 
 StateItem::StateItem(LiteScheduler& scheduler) {
   LiteScheduler* s = &scheduler;
+  keys_ = Keys::Prefix;
   save_ = [s](const std::string& name, nn::StateDict& t, nn::Metadata&) { t[name + ".last_step"] = s->position().clone(); };
   load_ = [s](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
     const auto it = t.find(name + ".last_step");
     need(it != t.end(), path, "scheduler \"" + name + "\"");
-    s->set_last_step(it->second.item<int64_t>());
+    for (const auto& [k, v] : with_prefix(t, name + "."))
+      AG_CHECK(k == "last_step", "Lite::load", path, ": unexpected key '", name + "." + k, "' for scheduler \"", name,
+               "\" (it saves only ", name, ".last_step)");
+    s->set_last_step(detail::state_int(it->second, "Lite::load", name + ".last_step"));
   };
 }
 
@@ -346,13 +407,19 @@ StateItem::StateItem(LiteScheduler& scheduler) {
 template <class T>
 void StateItem::bind_number(T& value, const char* what) {
   T* v = &value;
+  keys_ = Keys::Tensor;
   save_ = [v](const std::string& name, nn::StateDict& t, nn::Metadata&) {
     t[name] = scalar_tensor(*v, TensorOptions().dtype(std::is_integral_v<T> ? kInt64 : kFloat64));
   };
   load_ = [v, what](const std::string& name, const nn::StateDict& t, const nn::Metadata&, const std::string& path) {
     const auto it = t.find(name);
     need(it != t.end(), path, std::string(what) + " \"" + name + "\"");
-    *v = it->second.item<T>();
+    // A counter must be an integer that fits (stored as a float, an integral one); a value
+    // any one real number.
+    if constexpr (std::is_integral_v<T>)
+      *v = detail::state_int(it->second, "Lite::load", name, std::numeric_limits<int64_t>::min());
+    else
+      *v = detail::state_double(it->second, "Lite::load", name);
   };
 }
 
@@ -361,12 +428,22 @@ StateItem::StateItem(double& value) { bind_number(value, "value"); }
 
 StateItem::StateItem(std::string& text) {
   std::string* s = &text;
+  keys_ = Keys::Text;
   save_ = [s](const std::string& name, nn::StateDict&, nn::Metadata& m) { m[name] = *s; };
   load_ = [s](const std::string& name, const nn::StateDict&, const nn::Metadata& m, const std::string& path) {
     const auto it = m.find(name);
     need(it != m.end(), path, "text \"" + name + "\"");
     *s = it->second;
   };
+}
+
+bool StateItem::owns(const std::string& name, const std::string& key, bool in_metadata) const {
+  switch (keys_) {
+    case Keys::Prefix: return !in_metadata && key.size() > name.size() && key.rfind(name + ".", 0) == 0;
+    case Keys::Tensor: return !in_metadata && key == name;
+    case Keys::Text: return in_metadata && key == name;
+  }
+  return false;
 }
 
 void StateItem::save(const std::string& name, nn::StateDict& tensors, nn::Metadata& meta) const {

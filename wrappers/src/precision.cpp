@@ -88,6 +88,25 @@ AcceleratorChoice resolve_accelerator(std::string_view acc, const hw::HardwarePr
     return {{Device(kCPU)}, "auto: the CPU, because " + why_no_cuda()};
   }
   if (acc == "cuda" || acc == "gpu" || acc.rfind("cuda:", 0) == 0) {
+    // The string is parsed before anything is asked of the hardware: a malformed list is a
+    // mistake in the string on any machine. Items are plain decimal numbers (no sign, no
+    // spaces), one per comma.
+    std::vector<int> indices;
+    if (acc.rfind("cuda:", 0) == 0) {
+      std::string_view list = acc.substr(5);
+      while (true) {
+        const size_t comma = list.find(',');
+        const std::string_view item = list.substr(0, comma);
+        const bool digits = !item.empty() && item.size() <= 7 &&
+                            std::all_of(item.begin(), item.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        AG_CHECK(digits, "accelerator", "bad CUDA device list in \"", acc, "\": ",
+                 item.empty() ? std::string("an empty item") : "\"" + std::string(item) + "\" is not a device index",
+                 "; expected \"cuda\", \"cuda:N\" or \"cuda:N,M,...\"");
+        indices.push_back(std::stoi(std::string(item)));
+        if (comma == std::string_view::npos) break;
+        list = list.substr(comma + 1);
+      }
+    }
     AG_CHECK(profile.built_with_cuda && !profile.cuda.empty(), "accelerator", "accelerator \"", acc,
              "\" was requested, but ", why_no_cuda(), "; use \"cpu\" or \"auto\"");
     AcceleratorChoice c;
@@ -97,25 +116,12 @@ AcceleratorChoice resolve_accelerator(std::string_view acc, const hw::HardwarePr
                  (c.devices.size() == 1 ? "" : "s");
       return c;
     }
-    std::string_view list = acc.substr(5);
     std::set<int> seen;
-    while (!list.empty()) {
-      const size_t comma = list.find(',');
-      const std::string_view item = list.substr(0, comma);
-      int idx = -1;
-      const std::string s(item);
-      char* end = nullptr;
-      const long v = s.empty() ? -1 : std::strtol(s.c_str(), &end, 10);
-      if (!s.empty() && end && *end == '\0' && v >= 0 && v < 1 << 20) idx = int(v);
-      AG_CHECK(idx >= 0, "accelerator", "bad CUDA device list in \"", acc,
-               "\"; expected \"cuda\", \"cuda:N\" or \"cuda:N,M,...\"");
+    for (int idx : indices) {
       AG_CHECK(idx < int(profile.cuda.size()), "accelerator", "cuda:", idx, " does not exist (",
                profile.cuda.size(), " CUDA device", profile.cuda.size() == 1 ? "" : "s", " found)");
       if (seen.insert(idx).second) c.devices.push_back(Device(kCUDA, idx));
-      if (comma == std::string_view::npos) break;
-      list = list.substr(comma + 1);
     }
-    AG_CHECK(!c.devices.empty(), "accelerator", "no device in \"", acc, "\"");
     c.reason = "CUDA device" + std::string(c.devices.size() == 1 ? " " : "s ");
     for (size_t i = 0; i < c.devices.size(); ++i) c.reason += (i ? ", " : "") + c.devices[i].str();
     c.reason += " requested";

@@ -270,8 +270,14 @@ class StateItem {
   /// Restores from what save() wrote; throws ag::Error naming the file and what is missing.
   void load(const std::string& name, const nn::StateDict& tensors, const nn::Metadata& meta,
             const std::string& path) const;
+  /// Whether a checkpoint key (of the tensors, or of the metadata) is this item's when it
+  /// is saved under `name`: "<name>.*" for modules, optimizers and schedulers, "<name>"
+  /// for numbers (tensors) and text (metadata).
+  bool owns(const std::string& name, const std::string& key, bool in_metadata) const;
 
  private:
+  enum class Keys { Prefix, Tensor, Text };
+  Keys keys_ = Keys::Prefix;
   template <class T>
   void bind_number(T& value, const char* what);
   std::function<void(const std::string&, nn::StateDict&, nn::Metadata&)> save_;
@@ -361,8 +367,10 @@ class Lite {
   /// and the random generator's position to one safetensors file, atomically.
   void save(const std::string& path, const LiteState& state);
   /// Restores every item of `state` from a file written by save(), plus the plugin's state
-  /// and the generator's position. Missing items are an error naming them.
-  void load(const std::string& path, const LiteState& state);
+  /// and the generator's position. Missing items are an error naming them; so are, when
+  /// `strict`, keys in the file that belong to no item (as for a module's strict load).
+  /// Every number is checked as the constructors check it; errors name the file and key.
+  void load(const std::string& path, const LiteState& state, bool strict = true);
 
  private:
   void convert(nn::Module& module);
