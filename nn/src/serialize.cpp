@@ -182,6 +182,17 @@ void save(const std::string& path, const StateDict& tensors, const Metadata& met
     std::remove(tmp.c_str());
     AG_ERROR("save", path, ": cannot replace: ", err);
   }
+  // The rename is durable only once the folder's entry is on disk: without this a power
+  // cut can leave the old name pointing at nothing.
+  const std::string::size_type slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    AG_CHECK(rc == 0 || err == EINVAL, "save", path, ": fsync of the folder failed: ", std::strerror(err));
+  }
 }
 
 StateDict load(const std::string& path, Metadata* metadata) {
