@@ -54,8 +54,8 @@ Tensor read_idx(const std::string& path) {
     const unsigned char* p = &bytes[4 + 4 * size_t(d)];
     const uint32_t v = uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
     shape.push_back(int64_t(v));
-    count *= v;
-    AG_CHECK(count < (uint64_t(1) << 40), "read_idx", path, ": dims ", shape, " are implausibly large");
+    const bool wrapped = __builtin_mul_overflow(count, v, &count);  // a product past 2^64 wraps small
+    AG_CHECK(!wrapped && count < (uint64_t(1) << 40), "read_idx", path, ": dims ", shape, " are implausibly large");
   }
   const uint64_t have = bytes.size() - header;
   AG_CHECK(have == count, "read_idx", path, ": dims ", shape, " need ", count, " bytes of data but the file has ",
