@@ -19,9 +19,9 @@ Tensor finish(Tensor t, const TensorOptions& opts) {
   return t;
 }
 
-Tensor filled(const std::vector<int64_t>& shape, double v, const TensorOptions& opts) {
-  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device());
-  backend(opts.device(), "full").fill(t, v);
+Tensor filled(const std::vector<int64_t>& shape, double v, const TensorOptions& opts, const char* op) {
+  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device(), op);
+  backend(opts.device(), op).fill(t, v);
   return t;
 }
 
@@ -38,16 +38,16 @@ GeneratorState& generator() {
 }  // namespace
 
 Tensor empty(const std::vector<int64_t>& shape, TensorOptions opts) {
-  return finish(make_tensor(Shape(shape), opts.dtype(), opts.device()), opts);
+  return finish(make_tensor(Shape(shape), opts.dtype(), opts.device(), "empty"), opts);
 }
-Tensor zeros(const std::vector<int64_t>& shape, TensorOptions opts) { return finish(filled(shape, 0, opts), opts); }
-Tensor ones(const std::vector<int64_t>& shape, TensorOptions opts) { return finish(filled(shape, 1, opts), opts); }
+Tensor zeros(const std::vector<int64_t>& shape, TensorOptions opts) { return finish(filled(shape, 0, opts, "zeros"), opts); }
+Tensor ones(const std::vector<int64_t>& shape, TensorOptions opts) { return finish(filled(shape, 1, opts, "ones"), opts); }
 Tensor full(const std::vector<int64_t>& shape, Scalar value, TensorOptions opts) {
   if (!opts.has_dtype())
     opts = opts.dtype(value.kind == Scalar::Kind::Floating ? get_default_dtype()
                       : value.kind == Scalar::Kind::Bool   ? kBool
                                                            : kInt64);
-  return finish(filled(shape, value.to_double(), opts), opts);
+  return finish(filled(shape, value.to_double(), opts, "full"), opts);
 }
 Tensor empty_like(const Tensor& t) { return make_tensor(t.sizes(), t.dtype(), t.device()); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.sizes().vec(), t.options()); }
@@ -56,7 +56,7 @@ Tensor full_like(const Tensor& t, Scalar value) { return full(t.sizes().vec(), v
 
 Tensor scalar_tensor(Scalar v, TensorOptions opts) {
   if (!opts.has_dtype()) return full({}, v, opts);
-  return finish(filled({}, v.to_double(), opts), opts);
+  return finish(filled({}, v.to_double(), opts, "full"), opts);
 }
 
 Tensor arange(Scalar end, TensorOptions opts) { return arange(0, end, 1, opts); }
@@ -65,14 +65,20 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
   const double s = start.to_double(), e = end.to_double(), st = step.to_double();
   AG_CHECK(st != 0, "arange", "step must be nonzero");
   AG_CHECK(std::isfinite(s) && std::isfinite(e), "arange", "bounds must be finite, got ", s, " and ", e);
+  AG_CHECK(std::isfinite(st), "arange", "step must be finite, got ", st);
   AG_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange", "upper bound ", e,
            " and lower bound ", s, " are inconsistent with step sign ", st);
   if (!opts.has_dtype()) {
     const bool fl = start.is_floating() || end.is_floating() || step.is_floating();
     opts = opts.dtype(fl ? get_default_dtype() : kInt64);
   }
-  const int64_t n = int64_t(std::ceil((e - s) / st));
-  Tensor t = make_tensor(Shape{n}, kFloat64, kCPU);
+  // The count is checked as a double before it becomes an integer: a tiny step or a huge
+  // range makes it non-finite or past int64 (2^63 is exact in double).
+  const double count = std::ceil((e - s) / st);
+  AG_CHECK(std::isfinite(count) && count < 9223372036854775808.0, "arange", "the range [", s, ", ", e,
+           ") with step ", st, " has ", count, " elements, more than int64 can hold");
+  const int64_t n = int64_t(count);
+  Tensor t = make_tensor(Shape{n}, kFloat64, kCPU, "arange");
   double* p = t.data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = s + double(i) * st;
   return finish(detail::cast_raw(t, opts.dtype()).to(opts.device()), opts);
@@ -80,7 +86,7 @@ Tensor arange(Scalar start, Scalar end, Scalar step, TensorOptions opts) {
 
 Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
   AG_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
-  Tensor t = make_tensor(Shape{steps}, kFloat64, kCPU);
+  Tensor t = make_tensor(Shape{steps}, kFloat64, kCPU, "linspace");
   double* p = t.data_ptr<double>();
   const double step = steps > 1 ? (end - start) / double(steps - 1) : 0;
   // Fill symmetrically from both ends, as PyTorch does, so that the last value is `end`.
@@ -92,9 +98,10 @@ Tensor linspace(double start, double end, int64_t steps, TensorOptions opts) {
 Tensor eye(int64_t n, TensorOptions opts) { return eye(n, n, opts); }
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   AG_CHECK(n >= 0 && m >= 0, "eye", "sizes must be non-negative, got ", n, " and ", m);
-  Tensor t = make_tensor(Shape{n, m}, kFloat64, kCPU);
+  const int64_t nm = checked_mul(n, m, "eye", "the element count n * m");
+  Tensor t = make_tensor(Shape{n, m}, kFloat64, kCPU, "eye");
   double* p = t.data_ptr<double>();
-  for (int64_t i = 0; i < n * m; ++i) p[i] = (i / m == i % m) ? 1.0 : 0.0;
+  for (int64_t i = 0; i < nm; ++i) p[i] = (i / m == i % m) ? 1.0 : 0.0;
   return finish(detail::cast_raw(t, opts.dtype()).to(opts.device()), opts);
 }
 
@@ -102,13 +109,13 @@ namespace detail {
 Tensor from_vector_impl(const void* data, DType src_dtype, int64_t count,
                         const std::vector<int64_t>& shape, TensorOptions opts, const char* op) {
   const Shape sz(shape);
-  AG_CHECK(sz.numel() == count, op, "shape ", sz, " holds ", sz.numel(), " elements but ", count,
-           " values were given");
+  const int64_t numel = checked_numel(sz, op);
+  AG_CHECK(numel == count, op, "shape ", sz, " holds ", numel, " elements but ", count, " values were given");
   // Wrap the caller's values (no copy), then convert/copy into a fresh tensor.
   Tensor src(std::make_shared<TensorImpl>(std::make_shared<Storage>(), sz, contiguous_strides(sz), 0, src_dtype));
   src.unsafe_impl()->storage->data = const_cast<void*>(data);
-  src.unsafe_impl()->storage->nbytes = size_t(count) * itemsize(src_dtype);
-  Tensor cpu = make_tensor(sz, opts.dtype(), kCPU);
+  src.unsafe_impl()->storage->nbytes = checked_nbytes(count, itemsize(src_dtype), op);
+  Tensor cpu = make_tensor(sz, opts.dtype(), kCPU, op);
   cpu_backend().copy(src, cpu);
   return finish(cpu.to(opts.device()), opts);
 }
@@ -116,12 +123,13 @@ Tensor from_vector_impl(const void* data, DType src_dtype, int64_t count,
 
 Tensor from_blob(void* data, const std::vector<int64_t>& shape, TensorOptions opts,
                  std::function<void(void*)> deleter) {
+  checked_numel(Shape(shape), "from_blob");  // before the strides are computed from it
   return from_blob(data, shape, contiguous_strides(Shape(shape)).vec(), opts, std::move(deleter));
 }
 
 Tensor from_blob(void* data, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
                  TensorOptions opts, std::function<void(void*)> deleter) {
-  AG_CHECK(data != nullptr || Shape(shape).numel() == 0, "from_blob", "data is a null pointer");
+  AG_CHECK(data != nullptr || checked_numel(Shape(shape), "from_blob") == 0, "from_blob", "data is a null pointer");
   AG_CHECK(shape.size() == strides.size(), "from_blob", "shape ", shape, " and strides ", strides,
            " differ in length");
   AG_CHECK(opts.device().is_cpu(), "from_blob", "only CPU memory can be wrapped, got device ",
@@ -131,11 +139,14 @@ Tensor from_blob(void* data, const std::vector<int64_t>& shape, const std::vecto
     AG_CHECK(shape[i] >= 0 && strides[i] >= 0, "from_blob", "negative size or stride in shape ",
              shape, " strides ", strides);
     if (shape[i] == 0) extent = 0;
-    else if (extent) extent += (shape[i] - 1) * strides[i];
+    else if (extent)
+      extent = checked_add(extent, checked_mul(shape[i] - 1, strides[i], "from_blob", "the memory extent"),
+                           "from_blob", "the memory extent");
   }
+  checked_numel(Shape(shape), "from_blob");
   auto storage = std::make_shared<Storage>();
   storage->data = data;
-  storage->nbytes = size_t(extent) * itemsize(opts.dtype());
+  storage->nbytes = checked_nbytes(extent, itemsize(opts.dtype()), "from_blob");
   storage->device = opts.device();
   storage->deleter = std::move(deleter);
   return finish(Tensor(std::make_shared<TensorImpl>(std::move(storage), Shape(shape), Shape(strides), 0,
@@ -181,7 +192,7 @@ void check_random_dtype(const TensorOptions& opts, const char* op) {
 
 Tensor rand(const std::vector<int64_t>& shape, TensorOptions opts) {
   check_random_dtype(opts, "rand");
-  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device());
+  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device(), "rand");
   {
     NoGradGuard ng;
     t.uniform_(0.0, 1.0);
@@ -191,7 +202,7 @@ Tensor rand(const std::vector<int64_t>& shape, TensorOptions opts) {
 
 Tensor randn(const std::vector<int64_t>& shape, TensorOptions opts) {
   check_random_dtype(opts, "randn");
-  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device());
+  Tensor t = make_tensor(Shape(shape), opts.dtype(), opts.device(), "randn");
   {
     NoGradGuard ng;
     t.normal_(0.0, 1.0);
@@ -202,7 +213,7 @@ Tensor randn(const std::vector<int64_t>& shape, TensorOptions opts) {
 Tensor randint(int64_t low, int64_t high, const std::vector<int64_t>& shape, TensorOptions opts) {
   AG_CHECK(low < high, "randint", "low ", low, " must be below high ", high);
   if (!opts.has_dtype()) opts = opts.dtype(kInt64);
-  Tensor u = make_tensor(Shape(shape), kFloat64, opts.device());
+  Tensor u = make_tensor(Shape(shape), kFloat64, opts.device(), "randint");
   {
     NoGradGuard ng;
     u.uniform_(double(low), double(high));
@@ -237,7 +248,7 @@ Tensor bernoulli(const Tensor& p) {
 Tensor bernoulli(const std::vector<int64_t>& shape, double p, TensorOptions opts) {
   AG_CHECK(p >= 0 && p <= 1, "bernoulli", "p must be in [0, 1], got ", p);
   AG_CHECK(is_floating(opts.dtype()), "bernoulli", "probabilities must be floating, got ", dtype_name(opts.dtype()));
-  return draw_below(make_tensor(Shape(shape), opts.dtype(), opts.device()), Operand::scalar(p));
+  return draw_below(make_tensor(Shape(shape), opts.dtype(), opts.device(), "bernoulli"), Operand::scalar(p));
 }
 
 Tensor rand_like(const Tensor& t) { return rand(t.sizes().vec(), t.options()); }

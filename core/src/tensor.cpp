@@ -22,16 +22,15 @@ Shape contiguous_strides(const Shape& sizes) {
   int64_t acc = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= std::max<int64_t>(sizes[i], 1);
+    acc = checked_mul(acc, std::max<int64_t>(sizes[i], 1), "contiguous_strides", "a stride");
   }
   return st;
 }
 
-Tensor make_tensor(const Shape& sizes, DType dtype, Device device) {
-  for (size_t i = 0; i < sizes.size(); ++i)
-    AG_CHECK(sizes[i] >= 0, "empty", "negative dimension ", sizes[i], " in shape ", sizes);
-  const int64_t n = sizes.numel();
-  auto storage = allocate_storage(size_t(n) * itemsize(dtype), device);
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op) {
+  // Both checks come before the allocation: a shape whose sizes wrap never reaches it.
+  const size_t nbytes = checked_nbytes(checked_numel(sizes, op), itemsize(dtype), op);
+  auto storage = allocate_storage(nbytes, device);
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes),
                                              0, dtype));
 }

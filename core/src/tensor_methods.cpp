@@ -44,7 +44,7 @@ Tensor copy_to_device(const Tensor& t, Device d, bool non_blocking) {
   Backend& dst_be = backend(d, "to");
   Backend& src_be = backend(t.device(), "to");
   Tensor src = detail::contiguous_raw(t);
-  Tensor out = make_tensor(t.sizes(), t.dtype(), d);
+  Tensor out = make_tensor(t.sizes(), t.dtype(), d, "to");
   const Device mover_device = d.is_cpu() ? t.device() : d;
   Backend& mover = d.is_cpu() ? src_be : dst_be;
   const Stream stream = current_stream(mover_device);

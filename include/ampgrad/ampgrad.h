@@ -6,6 +6,7 @@
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
+#include "ampgrad/checked.h"
 #include "ampgrad/convert.h"
 #include "ampgrad/device.h"
 #include "ampgrad/dispatch.h"

@@ -15,6 +15,13 @@
 
 namespace ampgrad {
 
+class Shape;
+namespace detail {
+/// Throws ag::Error "[op] the shape [..] has more elements than int64 can hold" (or names
+/// its negative size); see ampgrad/checked.h.
+[[noreturn]] void throw_bad_shape(const Shape& shape, const char* op);
+}  // namespace detail
+
 class Shape {
  public:
   static constexpr size_t kInline = 6;
@@ -70,10 +77,14 @@ class Shape {
   }
   void clear() { size_ = 0; }
 
-  /// Product of the entries (1 for an empty shape).
+  /// Product of the entries (1 for an empty shape). Throws ag::Error rather than wrap when
+  /// the product overflows int64; a tensor's shape never does (make_tensor and the views
+  /// check their shapes with checked_numel, which names the op).
   int64_t numel() const {
     int64_t n = 1;
-    for (size_t i = 0; i < size_; ++i) n *= data()[i];
+    for (size_t i = 0; i < size_; ++i)
+      if (__builtin_mul_overflow(n, data()[i], &n)) [[unlikely]]
+        detail::throw_bad_shape(*this, "numel");
     return n;
   }
   std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }

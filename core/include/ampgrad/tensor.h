@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ampgrad/checked.h"
 #include "ampgrad/device.h"
 #include "ampgrad/dtype.h"
 #include "ampgrad/error.h"
@@ -125,7 +126,7 @@ class Tensor {
   Device device() const { return impl().storage->device; }
   TensorOptions options() const { return TensorOptions().dtype(dtype()).device(device()); }
   size_t itemsize() const { return ampgrad::itemsize(dtype()); }
-  size_t nbytes() const { return size_t(numel()) * itemsize(); }
+  size_t nbytes() const { return checked_nbytes(numel(), itemsize(), "nbytes"); }
   bool is_contiguous() const;
   bool is_floating_point() const { return is_floating(dtype()); }
   /// Bumped by every in-place op on this tensor or any view sharing its storage.
@@ -279,8 +280,10 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 using TensorList = std::vector<Tensor>;
 
-/// Makes a contiguous tensor without autograd state; the building block of factories.
-Tensor make_tensor(const Shape& sizes, DType dtype, Device device);
+/// Makes a contiguous tensor without autograd state; the building block of factories. The
+/// shape and byte count are checked (ampgrad/checked.h) before anything is allocated; an
+/// error names `op`.
+Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op = "empty");
 /// Row-major strides of a shape.
 Shape contiguous_strides(const Shape& sizes);
 

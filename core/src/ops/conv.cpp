@@ -30,14 +30,19 @@ void check_input_4d(const Tensor& x, const char* op) {
   AG_CHECK(x.is_floating_point(), op, "expected a floating input, got ", dtype_name(x.dtype()));
 }
 
-// floor(a / b) for b > 0 and any a.
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+// floor(a / b) and ceil(a / b) for b > 0 and any a, without overflow.
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0); }
+int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0 && a > 0); }
 
 // PyTorch's pooling output size, including ceil_mode's rule that the last window must
-// start inside the input or its left padding.
-int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d, bool ceil) {
-  int64_t o = floor_div(in + 2 * pad - d * (k - 1) - 1 + (ceil ? s - 1 : 0), s) + 1;
-  if (ceil && (o - 1) * s >= in + pad) --o;
+// start inside the input or its left padding. k, s, d > 0 and pad >= 0 are checked; the
+// arithmetic is too, as huge arguments would overflow it.
+int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t d, bool ceil, const char* op) {
+  const int64_t span = checked_mul(d, k - 1, op, "the dilated kernel size");  // d * (k - 1)
+  const int64_t padded = checked_add(in, checked_mul(2, pad, op, "the padding"), op, "the padded input size");
+  const int64_t num = padded - span - 1;  // both >= 0: cannot overflow
+  int64_t o = (ceil ? ceil_div(num, s) : floor_div(num, s)) + 1;
+  if (ceil && o >= 1 && (o - 1) * s >= in + pad) --o;  // o >= 1: (o - 1) * s <= num fits
   return o;
 }
 
@@ -66,8 +71,8 @@ PoolSetup pool_setup(const Tensor& x, const std::vector<int64_t>& kernel, const 
     s.p.dilation[i] = dil[i];
   }
   s.p.ceil_mode = ceil_mode;
-  s.oh = pool_out(x.size(-2), k[0], st[0], pad[0], dil[0], ceil_mode);
-  s.ow = pool_out(x.size(-1), k[1], st[1], pad[1], dil[1], ceil_mode);
+  s.oh = pool_out(x.size(-2), k[0], st[0], pad[0], dil[0], ceil_mode, op);
+  s.ow = pool_out(x.size(-1), k[1], st[1], pad[1], dil[1], ceil_mode, op);
   AG_CHECK(s.oh > 0 && s.ow > 0, op, "input of shape ", x.sizes(), " is too small for kernel_size ",
            std::vector<int64_t>{k[0], k[1]}, " with padding ", std::vector<int64_t>{pad[0], pad[1]},
            " and dilation ", std::vector<int64_t>{dil[0], dil[1]}, ": the output would be [", s.oh, ", ",
@@ -98,9 +103,9 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
   const int64_t C = x.size(1), OC = weight.size(0);
   AG_CHECK(OC % groups == 0, "conv2d", "out_channels ", OC, " of weight of shape ", weight.sizes(),
            " is not divisible by groups=", groups);
-  AG_CHECK(weight.size(1) * groups == C, "conv2d", "input of shape ", x.sizes(), " has ", C,
-           " channels, but weight of shape ", weight.sizes(), " with groups=", groups, " expects ",
-           weight.size(1) * groups);
+  const int64_t expect_c = checked_mul(weight.size(1), groups, "conv2d", "in_channels / groups * groups");
+  AG_CHECK(expect_c == C, "conv2d", "input of shape ", x.sizes(), " has ", C, " channels, but weight of shape ",
+           weight.sizes(), " with groups=", groups, " expects ", expect_c);
   AG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), "conv2d", "bias must have shape [",
            OC, "], got ", bias.defined() ? bias.sizes() : Shape());
 
@@ -118,8 +123,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
     p.padding[i] = pad[i];
     p.dilation[i] = dil[i];
   }
-  const int64_t ekh = dil[0] * (weight.size(2) - 1) + 1, ekw = dil[1] * (weight.size(3) - 1) + 1;
-  const int64_t ph = x.size(2) + 2 * pad[0], pw = x.size(3) + 2 * pad[1];
+  // The dilated kernel and the padded input, checked: huge dilation or padding would wrap.
+  const auto dilated = [&](int i) {
+    return checked_add(checked_mul(dil[i], weight.size(2 + i) - 1, "conv2d", "the dilated kernel size"), 1,
+                       "conv2d", "the dilated kernel size");
+  };
+  const auto padded = [&](int i) {
+    return checked_add(x.size(2 + i), checked_mul(2, pad[i], "conv2d", "the padding"), "conv2d",
+                       "the padded input size");
+  };
+  const int64_t ekh = dilated(0), ekw = dilated(1), ph = padded(0), pw = padded(1);
   AG_CHECK(ekh <= ph && ekw <= pw, "conv2d", "kernel of shape ", weight.sizes(), " (dilated size [", ekh,
            ", ", ekw, "]) is larger than the padded input of size [", ph, ", ", pw, "] (input shape ",
            x.sizes(), ", padding ", std::vector<int64_t>{pad[0], pad[1]}, ")");
@@ -128,7 +141,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
 
   const Tensor xc = detail::contiguous_raw(x), wc = detail::contiguous_raw(weight);
   const Tensor bc = bias.defined() ? detail::contiguous_raw(bias) : bias;
-  Tensor out = make_tensor({x.size(0), OC, out_hw[0], out_hw[1]}, x.dtype(), x.device());
+  Tensor out = make_tensor({x.size(0), OC, out_hw[0], out_hw[1]}, x.dtype(), x.device(), "conv2d");
   backend(x.device(), "conv2d").conv2d(xc, wc, bc, out, p);
   if (any_requires_grad({&x, &weight, &bias}))
     record("conv2d", {x, weight, bias}, {out},
@@ -158,7 +171,7 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
     return squeeze(max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode), 0);
   const PoolSetup s = pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d");
   const Tensor xc = detail::contiguous_raw(x);
-  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device());
+  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device(), "max_pool2d");
   Tensor saved = backend(x.device(), "max_pool2d").max_pool2d(xc, out, s.p);
   if (any_requires_grad({&x}))
     record("max_pool2d", {x}, {out},
@@ -179,7 +192,7 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
     return squeeze(avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode, count_include_pad), 0);
   PoolSetup s = pool_setup(x, kernel_size, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
   s.p.count_include_pad = count_include_pad;
-  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device());
+  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device(), "avg_pool2d");
   backend(x.device(), "avg_pool2d").avg_pool2d(detail::contiguous_raw(x), out, s.p);
   if (any_requires_grad({&x}))
     record("avg_pool2d", {x}, {out}, [xs = x.sizes(), p = s.p](const TensorList& g, GradMask) -> TensorList {

@@ -22,6 +22,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
              " cannot be broadcast together (dim ", i, ": ", da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
+  checked_numel(out, op);  // two expanded views can broadcast to more elements than int64 holds
   return out;
 }
 
@@ -613,7 +614,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  Tensor out = make_tensor(x.sizes(), dtype, x.device());
+  Tensor out = make_tensor(x.sizes(), dtype, x.device(), "to");
   backend(x.device(), "to").copy(x, out);
   if (is_floating(dtype) && any_requires_grad({&x})) {
     auto node = record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });

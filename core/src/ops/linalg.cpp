@@ -77,7 +77,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
            K, " != ", b.size(-2));
   Tensor out;
   if (a.dim() == 2 && b.dim() == 2) {  // the hot path: no broadcasting to work out
-    out = make_tensor({M, N}, out_dtype, a.device());
+    out = make_tensor({M, N}, out_dtype, a.device(), "matmul");
     backend(a.device(), "matmul")
         .matmul(detail::make_view(a, {1, M, K}, {0, a.stride(0), a.stride(1)}, a.storage_offset()),
                 detail::make_view(b, {1, K, N}, {0, b.stride(0), b.stride(1)}, b.storage_offset()),
@@ -88,7 +88,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
     Shape shape = batch;
     shape.push_back(M);
     shape.push_back(N);
-    out = make_tensor(shape, out_dtype, a.device());
+    out = make_tensor(shape, out_dtype, a.device(), "matmul");
     backend(a.device(), "matmul")
         .matmul(as_batch3(a, batch, B), as_batch3(b, batch, B),
                 detail::make_view(out, {B, M, N}, {M * N, N, 1}, 0));

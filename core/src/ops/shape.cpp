@@ -39,14 +39,14 @@ Tensor expand_raw(const Tensor& base, const Shape& shape) {
 
 Tensor cast_raw(const Tensor& base, DType dtype) {
   if (base.dtype() == dtype) return base;
-  Tensor out = make_tensor(base.sizes(), dtype, base.device());
+  Tensor out = make_tensor(base.sizes(), dtype, base.device(), "to");
   backend(base.device(), "to").copy(base, out);
   return out;
 }
 
 Tensor contiguous_raw(const Tensor& base) {
   if (base.is_contiguous()) return base;
-  Tensor out = make_tensor(base.sizes(), base.dtype(), base.device());
+  Tensor out = make_tensor(base.sizes(), base.dtype(), base.device(), "contiguous");
   backend(base.device(), "contiguous").copy(base, out);
   return out;
 }
@@ -67,21 +67,27 @@ Tensor view_op(const char* name, const Tensor& x, Tensor out, Bw bw) {
 
 Shape infer_shape(const std::vector<int64_t>& shape, int64_t numel, const char* op) {
   Shape out(shape);
-  int64_t known = 1, infer = -1;
+  int64_t known = 1, infer = -1;  // known: the product of the given nonzero sizes
+  bool has_zero = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       AG_CHECK(infer < 0, op, "only one dimension can be inferred in shape ", shape);
       infer = int64_t(i);
     } else {
       AG_CHECK(out[i] >= 0, op, "invalid dimension ", out[i], " in shape ", shape);
-      known *= out[i];
+      if (out[i] == 0) has_zero = true;
+      else if (__builtin_mul_overflow(known, out[i], &known)) [[unlikely]]
+        AG_ERROR(op, "the shape ", shape,
+                 std::count(shape.begin(), shape.end(), 0) != 0
+                     ? " is too large: the product of its nonzero sizes overflows int64"
+                     : " has more elements than int64 can hold");
     }
   }
   if (infer >= 0) {
-    AG_CHECK(known != 0 && numel % known == 0, op, "shape ", shape, " is invalid for input of size ", numel);
+    AG_CHECK(!has_zero && numel % known == 0, op, "shape ", shape, " is invalid for input of size ", numel);
     out[size_t(infer)] = numel / known;
   }
-  AG_CHECK(out.numel() == numel, op, "shape ", shape, " is invalid for input of size ", numel);
+  AG_CHECK(checked_numel(out, op) == numel, op, "shape ", shape, " is invalid for input of size ", numel);
   return out;
 }
 
@@ -145,7 +151,7 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   std::vector<int64_t> shape;
   for (int64_t i = 0; i < s; ++i) shape.push_back(x.sizes()[size_t(i)]);
   int64_t m = 1;
-  for (int64_t i = s; i <= e; ++i) m *= x.sizes()[size_t(i)];
+  for (int64_t i = s; i <= e; ++i) m = checked_mul(m, x.sizes()[size_t(i)], "flatten", "the flattened size");
   shape.push_back(m);
   for (int64_t i = e + 1; i < x.dim(); ++i) shape.push_back(x.sizes()[size_t(i)]);
   return reshape(x, shape);
@@ -186,7 +192,8 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
   dim = wrap_dim(dim, x.dim(), "narrow");
   const int64_t n = x.sizes()[size_t(dim)];
   if (start < 0) start += n;
-  AG_CHECK(start >= 0 && length >= 0 && start + length <= n, "narrow", "start ", start,
+  // length <= n - start rather than start + length <= n, which can overflow.
+  AG_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow", "start ", start,
            " and length ", length, " are out of range for dim ", dim, " of size ", n);
   Shape sizes = x.sizes();
   sizes[size_t(dim)] = length;
@@ -231,9 +238,11 @@ Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
       AG_CHECK(i >= lead, "expand", "-1 is not allowed for a new leading dim in ", shape);
       target[i] = cur;
     }
+    AG_CHECK(target[i] >= 0, "expand", "invalid size ", target[i], " in dim ", i, " of ", shape);
     AG_CHECK(cur == target[i] || cur == 1, "expand", "cannot expand shape ", x.sizes(), " to ", shape,
              " (dim ", i, ": ", cur, " vs ", target[i], ")");
   }
+  checked_numel(target, "expand");  // a view of no storage of its own, but its numel must fit
   const Shape in = x.sizes();
   return view_op("expand", x, detail::expand_raw(x, target),
                  [in](const Tensor& g) { return sum_to(g, in); });
@@ -259,7 +268,8 @@ Tensor unsqueeze(const Tensor& x, int64_t dim) {
   detail::check_defined(x, "unsqueeze", "input");
   dim = wrap_dim(dim, x.dim() + 1, "unsqueeze");
   Shape sizes = x.sizes(), strides = x.strides();
-  const int64_t st = size_t(dim) < sizes.size() ? sizes[size_t(dim)] * strides[size_t(dim)] : 1;
+  const int64_t st =
+      size_t(dim) < sizes.size() ? checked_mul(sizes[size_t(dim)], strides[size_t(dim)], "unsqueeze", "the new stride") : 1;
   sizes.insert(size_t(dim), 1);
   strides.insert(size_t(dim), st);
   return view_op("unsqueeze", x, make_view(x, sizes, strides, x.storage_offset()),
@@ -274,7 +284,7 @@ Tensor contiguous(const Tensor& x) {
 
 Tensor clone(const Tensor& x) {
   detail::check_defined(x, "clone", "input");
-  Tensor out = make_tensor(x.sizes(), x.dtype(), x.device());
+  Tensor out = make_tensor(x.sizes(), x.dtype(), x.device(), "clone");
   backend(x.device(), "clone").copy(x, out);
   return view_op("clone", x, out, [](const Tensor& g) { return g; });
 }
@@ -297,10 +307,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     for (int64_t d = 0; d < t.dim(); ++d)
       AG_CHECK(d == dim || t.sizes()[size_t(d)] == first.sizes()[size_t(d)], "cat", "sizes of tensors must match except in dim ",
                dim, ": tensor 0 has shape ", first.sizes(), ", tensor ", k, " has shape ", t.sizes());
-    out_shape[size_t(dim)] += t.sizes()[size_t(dim)];
+    out_shape[size_t(dim)] = checked_add(out_shape[size_t(dim)], t.sizes()[size_t(dim)], "cat", "the joined size");
     dt = promote_types(dt, t.dtype());
   }
-  Tensor out = make_tensor(out_shape, dt, first.device());
+  Tensor out = make_tensor(out_shape, dt, first.device(), "cat");
   std::vector<int64_t> lengths;
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
@@ -343,7 +353,8 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.sizes()[size_t(dim)];
   std::vector<Tensor> out;
-  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += split_size)
+  // Steps of min(split_size, what is left), so that s never passes n (nor overflows).
+  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += std::min(split_size, n - s))
     out.push_back(narrow(x, dim, s, std::min(split_size, n - s)));
   return out;
 }
@@ -352,7 +363,7 @@ std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
   AG_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.sizes()[size_t(dim)];
-  return split(x, std::max<int64_t>(1, (n + chunks - 1) / chunks), dim);
+  return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
 }
 
 namespace {
@@ -376,7 +387,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
              dim, " of size ", n);
   Shape shape = x.sizes();
   shape[size_t(dim)] = idx.numel();
-  Tensor out = make_tensor(shape, x.dtype(), x.device());
+  Tensor out = make_tensor(shape, x.dtype(), x.device(), "index_select");
   backend(x.device(), "index_select").index_select(x, dim, idx, out);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
