@@ -153,6 +153,25 @@ inline int pow2_at_least(int64_t n, int cap) {
   return p;
 }
 
+// The geometry of the row kernels (softmax, layer norm, cross entropy): G threads per row,
+// several rows per block when G is small.
+constexpr int kMaxGroup = 512;      // threads per row in the row kernels
+constexpr int kBlockThreads = 256;  // threads per block when several rows share one
+constexpr unsigned kMaxBlocks = 65535u * 16u;
+
+/// Blocks for `units` rows (or elements) at per_block each, capped (the kernels loop).
+inline unsigned grid_for(int64_t units, int64_t per_block) {
+  const int64_t b = (units + per_block - 1) / per_block;
+  return unsigned(b < 1 ? 1 : b > int64_t(kMaxBlocks) ? int64_t(kMaxBlocks) : b);
+}
+
+/// A block of G threads per row of n elements (G a power of two, about 8 elements a
+/// thread), several rows per block when G is small.
+inline dim3 row_block(int64_t n) {
+  const int G = pow2_at_least((n + 7) / 8, kMaxGroup);
+  return dim3(unsigned(G), unsigned(G >= kBlockThreads ? 1 : kBlockThreads / G));
+}
+
 // Device math in the accumulation type (float or double), shared by the reductions and the
 // normalisation kernels.
 __device__ __forceinline__ float d_exp(float v) { return expf(v); }

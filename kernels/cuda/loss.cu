@@ -26,22 +26,6 @@
 namespace ampgrad::cuda {
 namespace {
 
-constexpr int kMaxGroup = 512;      // threads per row in the row kernels
-constexpr int kBlockThreads = 256;  // threads per block when several rows share one
-constexpr unsigned kMaxBlocks = 65535u * 16u;
-
-unsigned grid_for(int64_t units, int64_t per_block) {
-  const int64_t b = (units + per_block - 1) / per_block;
-  return unsigned(std::clamp<int64_t>(b, 1, kMaxBlocks));
-}
-
-// G threads per row (a power of two, about 8 elements a thread), several rows per block
-// when G is small.
-dim3 row_block(int64_t n) {
-  const int G = pow2_at_least((n + 7) / 8, kMaxGroup);
-  return dim3(unsigned(G), unsigned(G >= kBlockThreads ? 1 : kBlockThreads / G));
-}
-
 // The scalars of one call, in the compute type A.
 template <class A>
 struct Coeffs {

@@ -311,7 +311,6 @@ constexpr int kRowThreads = 256;  // threads per block of the rows and merge ker
 constexpr int kColWidth = 32;     // outputs per block of the columns kernel
 constexpr int kMaxColRows = 16;   // its largest blockDim.y
 constexpr int64_t kMaxChunks = 1024;
-constexpr unsigned kMaxBlocks = 65535u * 16u;  // grid-stride loops cover the rest
 
 // Rows: group g = o * K + k (blockDim.x threads) reduces chunk k of output o; with K == 1
 // it writes the output, else its partial state into partial[g].
@@ -415,10 +414,6 @@ __global__ void __launch_bounds__(512) reduce_merge_kernel(Plan p, Red red, Out 
   }
 }
 
-unsigned grid_for(int64_t units, int64_t per_block) {
-  const int64_t b = (units + per_block - 1) / per_block;
-  return unsigned(std::clamp<int64_t>(b, 1, kMaxBlocks));
-}
 
 // Chunks of the reduced range: enough work units (outputs or column blocks, times chunks)
 // to fill a GPU, each chunk at least min_chunk elements. Depends on the shape only.
