@@ -156,9 +156,9 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
       mismatched.push_back(os.str());
     }
   }
-  for (auto& [n, t] : dict)
-    if (std::none_of(own.begin(), own.end(), [&](const auto& p) { return p.first == n; }))
-      unexpected.push_back(n);
+  for (const auto& entry : dict)
+    if (std::none_of(own.begin(), own.end(), [&](const auto& p) { return p.first == entry.first; }))
+      unexpected.push_back(entry.first);
   if (strict && (!missing.empty() || !unexpected.empty() || !mismatched.empty())) {
     std::ostringstream os;
     auto list = [&](const char* what, const std::vector<std::string>& v) {
@@ -204,13 +204,16 @@ void Sequential::push_back(ModulePtr m) {
 namespace {
 // The module as a Linear, when it is exactly one.
 const Linear* as_linear(const ModulePtr& m) {
-  return m && typeid(*m) == typeid(Linear) ? static_cast<const Linear*>(m.get()) : nullptr;
+  if (!m) return nullptr;
+  const Module& mod = *m;  // typeid of a named reference: no side effect to evaluate
+  return typeid(mod) == typeid(Linear) ? static_cast<const Linear*>(m.get()) : nullptr;
 }
 // The activation of a module that is exactly a ReLU or a GELU with a valid form.
 std::optional<Activation> activation_of(const ModulePtr& m) {
   if (!m) return std::nullopt;
-  if (typeid(*m) == typeid(ReLU)) return Activation::Relu;
-  if (typeid(*m) == typeid(GELU)) {
+  const Module& mod = *m;
+  if (typeid(mod) == typeid(ReLU)) return Activation::Relu;
+  if (typeid(mod) == typeid(GELU)) {
     const std::string& a = static_cast<const GELU&>(*m).approximate;
     if (a == "none") return Activation::GeluErf;
     if (a == "tanh") return Activation::GeluTanh;

@@ -31,7 +31,9 @@ TEST(CudaTraining, Mixed16IterationMakesNoHostSync) {
   auto net = nn::make_mlp();
   optim::AdamW adamw(net->parameters(), {.lr = 1e-3});
   Lite lite({.accelerator = "cuda", .precision = "16-mixed"});
-  auto [model, opt] = lite.setup(net, adamw);
+  auto set_up = lite.setup(net, adamw);  // named members, not a structured binding: the lambda captures them
+  auto& model = set_up.first;
+  auto& opt = set_up.second;
   const Tensor x = randn({64, 1, 28, 28}).to(kGpu), y = randint(0, 10, {64}).to(kGpu);
   auto iteration = [&] {
     opt.zero_grad();

@@ -165,7 +165,10 @@ TEST(ScalarOperands, InPlaceSameBitsAsTheTensorPath) {
           {"mul_", [](Tensor& t, Scalar v) { t.mul_(v); }, [](Tensor& t, const Tensor& v) { t.mul_(v); }},
           {"div_", [](Tensor& t, Scalar v) { t.div_(v); }, [](Tensor& t, const Tensor& v) { t.div_(v); }},
       };
-      for (const auto& [name, by_value, by_tensor] : ops) {
+      for (const auto& entry : ops) {
+        const auto& name = std::get<0>(entry);
+        const auto& by_value = std::get<1>(entry);
+        const auto& by_tensor = std::get<2>(entry);
         // An integral tensor divided by 0 in place would convert inf to an integer.
         if (s.to_double() == 0 && !is_floating(dt) && std::string(name) == "div_") continue;
         Tensor a = sample(dt), b = sample(dt);
@@ -238,7 +241,9 @@ TEST(ScalarOperands, GradientsOfTensorScalarOps) {
          return y;
        }},
   };
-  for (const auto& [name, f] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;
+    const auto& f = entry.second;
     Tensor x = agt::rand64({2, 3}, 0.5, 2.0);  // away from 0, where rdiv has its pole
     EXPECT_TRUE(agt::gradcheck([&](const std::vector<Tensor>& in) { return f(in[0]); }, {x})) << name;
   }
@@ -265,12 +270,14 @@ TEST(ScalarOperands, HostScalarGoesWithAnyDevice) {
   // The op gets past its device check and reaches the CUDA backend (which, here, cannot
   // allocate or has no elementwise kernel yet): the host scalar was accepted as a scalar,
   // read in place, not through item() (no host sync).
-  for (const auto& [name, f] : std::vector<std::pair<std::string, std::function<void()>>>{
+  for (const auto& entry : std::vector<std::pair<std::string, std::function<void()>>>{
            {"mul", [&] { (void)mul(dev, two); }},
            {"sub", [&] { (void)sub(two, dev); }},
            {"gt", [&] { (void)gt(dev, two); }},
            {"where", [&] { (void)where(cond, dev, two); }},
            {"add_", [&] { Tensor d = dev; d.add_(two); }}}) {
+    const auto& name = entry.first;
+    const auto& f = entry.second;
     std::string e;
     EXPECT_EQ(agt::host_syncs_of([&] { e = agt::error_of(f); }), std::vector<std::string>{}) << name;
     EXPECT_FALSE(agt::contains(e, "one device")) << name << ": " << e;

@@ -38,8 +38,13 @@ TEST(NoHostSync, Mixed16LiteIterationWithTwoOptimizersSchedulerAndClipping) {
   optim::SGD sgd(head->parameters(), {.lr = 0.1, .momentum = 0.9});
   Lite lite({.accelerator = "cpu", .precision = "16-mixed", .scaler = {.init_scale = 1024.0, .growth_interval = 3},
              .profile = &profile});
-  auto [enc, oa] = lite.setup(encoder, adamw);
-  auto [hd, ob] = lite.setup(head, sgd);
+  // Named pairs, not structured bindings: the iteration lambda captures them.
+  auto enc_set = lite.setup(encoder, adamw);
+  auto head_set = lite.setup(head, sgd);
+  auto& enc = enc_set.first;
+  auto& hd = head_set.first;
+  auto& oa = enc_set.second;
+  auto& ob = head_set.second;
   LiteScheduler sched = lite.setup_scheduler(oa, optim::CosineAnnealing({.t_max = 50}));
   auto data = std::make_shared<data::TensorDataset>(randn({64, 6}), randint(0, 3, {64}));
   auto loader = lite.setup_dataloader(data::DataLoader(data, {.batch_size = 8, .shuffle = true}));
