@@ -7,9 +7,14 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -46,6 +51,8 @@ struct Options {
   int threads = 0;
   std::string data;
   std::string save, resume, json;
+  int keep = 3;
+  int64_t max_skip_run = 50;
   std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
   std::string accelerator = "auto";
   std::string output_conversion = "to-default";
@@ -119,8 +126,13 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed for initialisation, shuffling and dropout");
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--data", o.data, "dataset directory (mlp, cnn) or text file (gpt)");
-  app.add_option("--save", o.save, "write a checkpoint here after each epoch");
-  app.add_option("--resume", o.resume, "continue from this checkpoint");
+  app.add_option("--save", o.save, "folder to write a checkpoint to after each epoch (epoch-NNNN.safetensors)");
+  app.add_option("--keep", o.keep, "checkpoints --save keeps, the newest")->check(CLI::PositiveNumber);
+  app.add_option("--resume", o.resume,
+                 "continue from this checkpoint file, or from the newest checkpoint in this folder that loads");
+  app.add_option("--max-skip-run", o.max_skip_run,
+                 "16-mixed: stop after this many optimizer steps skipped in a row for inf/NaN gradients (0: never)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--precision", o.precision,
                  "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
                  "bf16-true");
@@ -201,15 +213,43 @@ int main(int argc, char** argv) {
     // shuffling and dropout continue as in an uninterrupted run.
     const ag::LiteState state{{"model", model}, {"optimizer", opt},  {"scheduler", sched},
                               {"epoch", epochs_done}, {"best", best}, {"model_kind", kind}};
+    std::optional<ag::CheckpointFolder> ckpts;
+    if (!o.save.empty()) ckpts.emplace(o.save, ag::CheckpointFolderOptions{.keep = o.keep});
+    // A fresh run never writes over another run's checkpoints: it would replace them epoch by epoch.
+    if (ckpts && o.resume.empty() && !ckpts->list().empty())
+      AG_ERROR("ampgrad-train", o.save, " already holds checkpoints (the newest is ", ckpts->list().front().path,
+               "): continue that run with --resume ", o.save, ", or save to another folder");
+    std::string last_good;  // the newest checkpoint that a stopped run leaves to resume from
     if (!o.resume.empty()) {
-      ag::nn::Metadata meta;
-      ag::nn::load(o.resume, &meta);
-      AG_CHECK(meta.count("model_kind") && meta["model_kind"] == o.model, "ampgrad-train", o.resume, " holds a ",
-               meta.count("model_kind") ? meta["model_kind"] : std::string("?"), " checkpoint, not ", o.model);
-      lite.load(o.resume, state);
-      if (!o.quiet) std::printf("resumed  : %s after epoch %lld\n\n", o.resume.c_str(), (long long)epochs_done);
+      const auto same_model = [&](const std::string& path, const ag::nn::Metadata& meta) {
+        const auto it = meta.find("model_kind");
+        AG_CHECK(it != meta.end() && it->second == o.model, "ampgrad-train", path, " holds a ",
+                 it != meta.end() ? it->second : std::string("?"), " checkpoint, not ", o.model);
+      };
+      std::error_code ec;
+      if (std::filesystem::is_directory(o.resume, ec)) {
+        const auto r = ag::CheckpointFolder(o.resume).load_newest(lite, state, same_model);
+        // Said even with --quiet: the run continues from an older point than the folder's newest file.
+        for (const auto& skip : r.skipped)
+          std::fprintf(stderr, "warning: skipped the checkpoint %s: %s\n", skip.path.c_str(), skip.reason.c_str());
+        last_good = r.path;
+      } else {
+        same_model(o.resume, ag::nn::load_metadata(o.resume));
+        lite.load(o.resume, state);
+        last_good = o.resume;
+      }
+      if (!o.quiet) std::printf("resumed  : %s after epoch %lld\n\n", last_good.c_str(), (long long)epochs_done);
     }
     const int start_epoch = int(epochs_done);
+    const bool scaled = lite.precision() == ag::Precision::Mixed16;
+    // Why a run stopped early, and what it leaves behind.
+    const auto stopped = [&](const std::string& why) {
+      const std::string left = !last_good.empty() ? "the last checkpoint, " + last_good + ", is kept"
+                               : ckpts            ? "no checkpoint was written yet"
+                                                  : "nothing was saved (no --save)";
+      AG_ERROR("ampgrad-train", why, " under ", ag::precision_name(lite.precision()), "; training stopped; ", left);
+    };
+    int64_t step = int64_t(start_epoch) * steps_per_epoch;  // optimizer steps of the run, skipped ones included
 
     // ---- training ----
     nlohmann::json log = nlohmann::json::array();
@@ -219,59 +259,88 @@ int main(int argc, char** argv) {
       model->train();
       const auto t0 = Clock::now();
       double loss_sum = 0;
-      int64_t batches = 0, samples = 0;
-      // One optimisation step on a batch's loss; both loops below share it.
+      int64_t batches = 0, finite_batches = 0, samples = 0;
+      const int64_t skipped_before = opt.steps_skipped();
+      // One optimisation step on a batch's loss; both loops below share it. The loss is read
+      // after the step is queued, so the host waits only for work already on its way.
       auto train_on = [&](const ag::Tensor& loss, int64_t batch_samples) {
         opt.zero_grad();
         lite.backward(loss);
         opt.step();
         sched.step();
-        loss_sum += loss.item<double>();
+        ++step;
         ++batches;
+        const double value = loss.item<double>();
+        if (std::isfinite(value)) {
+          loss_sum += value;
+          ++finite_batches;
+        } else if (!scaled) {
+          // Without a loss scale nothing skips the step: the parameters have taken it.
+          std::ostringstream why;
+          why << "the loss is " << (std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf") << " at step " << step
+              << " (epoch " << epoch << ", batch " << batches << ")";
+          stopped(why.str());
+        }
+        // A skipped step halves the loss scale; a long run of them means it will not recover.
+        if (scaled && o.max_skip_run > 0) {
+          const int64_t run = opt.consecutive_skips();
+          if (run >= o.max_skip_run) {
+            std::ostringstream why;
+            why << run << " optimizer steps in a row were skipped for inf/NaN gradients (steps " << step - run + 1
+                << " to " << step << ", epoch " << epoch << "; --max-skip-run " << o.max_skip_run << ", loss scale now "
+                << lite.loss_scale() << ")";
+            stopped(why.str());
+          }
+        }
         samples += batch_samples;
+      };
+      const auto mean_loss = [&] {
+        return finite_batches ? loss_sum / double(finite_batches) : std::numeric_limits<double>::quiet_NaN();
       };
       if (gpt) {
         Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet, "tokens");
-        for (int64_t step = 0; step < o.steps_per_epoch; ++step) {
+        for (int64_t i = 0; i < o.steps_per_epoch; ++i) {
           auto idx = ag::randint(0, text->size(), {o.batch_size}).to_vector<int64_t>();
           auto b = text->get_batch(idx);
           ag::Tensor logits = model(lite.to_device(b.input));
           const int64_t V = text->vocab_size();
           train_on(ag::cross_entropy(logits.view({-1, V}), lite.to_device(b.target).view({-1})),
                    o.batch_size * o.block_size);
-          bar.update(step + 1, samples, loss_sum / double(batches));
+          bar.update(i + 1, samples, mean_loss());
         }
-        bar.update(o.steps_per_epoch, samples, loss_sum / double(batches), true);
+        bar.update(o.steps_per_epoch, samples, mean_loss(), true);
       } else {
         auto loader = lite.setup_dataloader(ag::data::DataLoader(train, {.batch_size = o.batch_size, .shuffle = true}));
         Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet, "samples");
         for (const auto& b : loader) {
           train_on(ag::cross_entropy(model(b.input), b.target), b.input.size(0));
-          bar.update(batches, samples, loss_sum / double(batches));
+          bar.update(batches, samples, mean_loss());
         }
-        bar.update(loader.num_batches(), samples, loss_sum / double(batches), true);
+        bar.update(loader.num_batches(), samples, mean_loss(), true);
       }
       const double train_time = seconds_since(t0);
       total_samples += double(samples);
       total_train_time += train_time;
+      const int64_t skipped = opt.steps_skipped() - skipped_before;
       nlohmann::json rec = {{"epoch", epoch},
-                            {"train_loss", loss_sum / double(batches)},
+                            {"train_loss", mean_loss()},
                             {"seconds", train_time},
+                            {"skipped_steps", skipped},
                             {gpt ? "tokens_per_s" : "samples_per_s", double(samples) / train_time}};
+      std::ostringstream line;
+      line << "epoch " << epoch << ": train loss " << std::fixed << std::setprecision(4) << mean_loss();
       if (!gpt) {
         const double acc = accuracy(model, lite, *test);
         best = std::max(best, acc);
         rec["test_accuracy"] = acc;
-        if (!o.quiet)
-          std::printf("epoch %d: train loss %.4f, test accuracy %.2f%%\n", epoch, loss_sum / double(batches),
-                      100 * acc);
-      } else if (!o.quiet) {
-        std::printf("epoch %d: train loss %.4f\n", epoch, loss_sum / double(batches));
+        line << ", test accuracy " << std::setprecision(2) << 100 * acc << "%";
       }
+      if (skipped) line << ", " << skipped << " of " << batches << " steps skipped for overflow";
+      if (!o.quiet) std::printf("%s\n", line.str().c_str());
       log.push_back(rec);
-      if (!o.save.empty()) {
+      if (ckpts) {
         epochs_done = epoch;
-        lite.save(o.save, state);
+        last_good = ckpts->save(lite, state, epoch);
       }
     }
 

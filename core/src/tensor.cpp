@@ -30,7 +30,12 @@ Shape contiguous_strides(const Shape& sizes) {
 Tensor make_tensor(const Shape& sizes, DType dtype, Device device, const char* op) {
   // Both checks come before the allocation: a shape whose sizes wrap never reaches it.
   const size_t nbytes = checked_nbytes(checked_numel(sizes, op), itemsize(dtype), op);
-  auto storage = allocate_storage(nbytes, device);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = allocate_storage(nbytes, device);
+  } catch (const Error& e) {  // "out of memory" under the op that asked, with what it asked for
+    AG_ERROR(op, "cannot allocate a tensor of shape ", sizes, " (", dtype_name(dtype), "): ", e.message());
+  }
   return Tensor(std::make_shared<TensorImpl>(std::move(storage), sizes, contiguous_strides(sizes),
                                              0, dtype));
 }

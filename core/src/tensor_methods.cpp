@@ -31,7 +31,10 @@ Tensor Tensor::squeeze(int64_t d) const { return ampgrad::squeeze(*this, d); }
 Tensor Tensor::unsqueeze(int64_t d) const { return ampgrad::unsqueeze(*this, d); }
 Tensor Tensor::contiguous() const { return ampgrad::contiguous(*this); }
 Tensor Tensor::clone() const { return ampgrad::clone(*this); }
-Tensor Tensor::to(DType dt) const { return to_dtype(*this, dt); }
+Tensor Tensor::to(DType dt) const {
+  detail::check_defined(*this, "to", "input");
+  return to_dtype(*this, dt);
+}
 
 namespace {
 std::atomic<uint64_t> g_host_syncs{0};
@@ -77,6 +80,7 @@ Tensor detail::host_values(const Tensor& t, const char* what) {
 }
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
+  detail::check_defined(*this, "to", "input");
   if (d == device()) return *this;
   if (d.is_cpu()) detail::note_host_sync("to(cpu)");
   Tensor out = copy_to_device(*this, d, non_blocking);
@@ -198,14 +202,16 @@ Tensor& Tensor::div_(Scalar s) {
   return binary_inplace(*this, "div_", BinaryOp::Div, nullptr, s, [&] { return ampgrad::div(*this, s); });
 }
 
-Tensor& Tensor::zero_() { return fill_(0); }
-
-Tensor& Tensor::fill_(Scalar v) {
-  detail::apply_inplace(*this, "fill_", false, nullptr,
-                        [&] { backend(device(), "fill_").fill(*this, v.to_double()); });
-  if (requires_grad() && !is_leaf()) impl().meta().grad_fn.reset();  // a constant now
-  return *this;
+namespace {
+Tensor& fill_as(Tensor& t, Scalar v, const char* op) {
+  detail::apply_inplace(t, op, false, nullptr, [&] { backend(t.device(), op).fill(t, v.to_double()); });
+  if (t.requires_grad() && !t.is_leaf()) t.unsafe_impl()->meta().grad_fn.reset();  // a constant now
+  return t;
 }
+}  // namespace
+
+Tensor& Tensor::zero_() { return fill_as(*this, 0, "zero_"); }
+Tensor& Tensor::fill_(Scalar v) { return fill_as(*this, v, "fill_"); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   detail::check_defined(src, "copy_", "source");
@@ -239,6 +245,8 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   detail::apply_inplace(*this, "masked_fill_", needs_grad,
                         [&] { return ampgrad::masked_fill(*this, mask, value); }, [&] {
     AG_CHECK(mask.defined() && mask.dtype() == kBool, "masked_fill_", "the mask must be a bool tensor");
+    AG_CHECK(broadcast_shapes(mask.sizes(), sizes(), "masked_fill_") == sizes(), "masked_fill_", "mask of shape ",
+             mask.sizes(), " does not broadcast to the tensor's shape ", sizes());
     backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), Operand::scalar(value.to_double()),
                                             *this, *this);
   });
@@ -246,6 +254,9 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
 }
 
 Tensor& Tensor::uniform_(double from, double to) {
+  AG_CHECK(is_floating_point(), "uniform_", "expected a floating tensor, got ", dtype_name(dtype()));
+  AG_CHECK(std::isfinite(from) && std::isfinite(to) && from <= to, "uniform_",
+           "expects a finite range from <= to, got from ", from, ", to ", to);
   detail::apply_inplace(*this, "uniform_", false, nullptr, [&] {
     auto [seed, offset] = generator_advance(uint64_t(numel()));
     backend(device(), "uniform_").uniform(*this, from, to, seed, offset);
@@ -254,6 +265,9 @@ Tensor& Tensor::uniform_(double from, double to) {
 }
 
 Tensor& Tensor::normal_(double mean, double std) {
+  AG_CHECK(is_floating_point(), "normal_", "expected a floating tensor, got ", dtype_name(dtype()));
+  AG_CHECK(std::isfinite(mean) && std::isfinite(std) && std >= 0, "normal_",
+           "expects a finite mean and a finite std >= 0, got mean ", mean, ", std ", std);
   detail::apply_inplace(*this, "normal_", false, nullptr, [&] {
     auto [seed, offset] = generator_advance(uint64_t(numel()));
     backend(device(), "normal_").normal(*this, mean, std, seed, offset);

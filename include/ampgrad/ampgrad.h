@@ -46,6 +46,9 @@
 
 // autocast/: mixed precision (ag::GradScaler, ag::GradScalerOptions)
 #include "ampgrad/autocast/grad_scaler.h"
+
+// wrappers/: Lite, its precision plugins, checkpoint folders
+#include "ampgrad/wrappers/checkpoints.h"
 #include "ampgrad/wrappers/lite.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"

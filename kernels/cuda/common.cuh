@@ -136,8 +136,8 @@ inline constexpr bool is_dev_half_v = std::is_same_v<D, __half> || std::is_same_
 
 #ifdef __CUDACC__
 /// Converts between device storage types as the CPU's cast<> does: bool is "!= 0", the
-/// 16-bit floats go through float (round to nearest even, in hardware), the rest is a
-/// static_cast.
+/// 16-bit floats go through float (round to nearest even, in hardware), a floating value
+/// becomes an integer by float_to_integral, the rest is a static_cast.
 template <class To, class From>
 __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
@@ -152,6 +152,8 @@ __device__ __forceinline__ To convert(From v) {
     return __float2half_rn(float(v));
   } else if constexpr (std::is_same_v<To, __nv_bfloat16>) {
     return __float2bfloat16_rn(float(v));
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    return kernels::float_to_integral<To>(v);  // the host's rule, not the hardware's saturation
   } else {
     return static_cast<To>(v);
   }

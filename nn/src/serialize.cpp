@@ -195,8 +195,24 @@ void save(const std::string& path, const StateDict& tensors, const Metadata& met
   }
 }
 
-StateDict load(const std::string& path, Metadata* metadata) {
-  const detail::InputFile in(path, "load");
+namespace {
+
+// A tensor's place in the data, from a header that passed every check.
+struct Entry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;
+};
+struct Header {
+  uint64_t hlen = 0;
+  std::vector<Entry> entries;  // sorted by offset, tiling the data exactly
+  Metadata meta;
+};
+
+// Reads and checks the whole header (nothing of the data): both load() and
+// load_metadata() refuse the same files.
+Header read_header(const detail::InputFile& in, const std::string& path) {
   const uint64_t size = in.size();
   AG_CHECK(size >= 8, "load", path, ": too short for a safetensors file (", size, " bytes)");
   unsigned char len[8];
@@ -236,12 +252,6 @@ StateDict load(const std::string& path, Metadata* metadata) {
   }
 
   // First the whole header is checked, then the data is read: a bad file allocates nothing.
-  struct Entry {
-    std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t begin, end;
-  };
   const uint64_t data_size = size - 8 - hlen;
   std::vector<Entry> entries;
   Metadata meta;
@@ -295,7 +305,22 @@ StateDict load(const std::string& path, Metadata* metadata) {
   }
   AG_CHECK(covered == data_size, "load", path, ": hole in the data: bytes [", covered, ", ", data_size,
            ") belong to no tensor");
+  return {hlen, std::move(entries), std::move(meta)};
+}
 
+}  // namespace
+
+Metadata load_metadata(const std::string& path) {
+  const detail::InputFile in(path, "load");
+  return read_header(in, path).meta;
+}
+
+StateDict load(const std::string& path, Metadata* metadata) {
+  const detail::InputFile in(path, "load");
+  const Header hd = read_header(in, path);
+  const uint64_t hlen = hd.hlen;
+  const Metadata& meta = hd.meta;
+  const std::vector<Entry>& entries = hd.entries;
   StateDict out;
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);

@@ -10,7 +10,7 @@ namespace {
 
 // The docs table: op -> (cpu policy, cuda policy).
 std::map<std::string, std::pair<std::string, std::string>> doc_table() {
-  std::ifstream in(std::string(AMPGRAD_SOURCE_DIR) + "/docs/autocast.md");
+  std::ifstream in(agt::source_dir() + "/docs/autocast.md");
   EXPECT_TRUE(in.good()) << "docs/autocast.md not found";
   std::map<std::string, std::pair<std::string, std::string>> rows;
   std::string line;

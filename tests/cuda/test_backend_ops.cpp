@@ -387,7 +387,7 @@ std::vector<Case> all_cases() {
 
 // ---- coverage -------------------------------------------------------------------------------
 std::string read_source(const std::string& rel) {
-  std::ifstream in(std::string(AMPGRAD_SOURCE_DIR) + "/" + rel);
+  std::ifstream in(agt::source_dir() + "/" + rel);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -390,7 +390,7 @@ std::string shell_quote(const std::string& s) {
 // AMPGRAD_TEST_PYTHON, else the venv scripts/install-test-deps makes, else python3.
 std::string test_python() {
   if (const char* p = std::getenv("AMPGRAD_TEST_PYTHON"); p && *p) return p;
-  const std::string venv = std::string(AMPGRAD_SOURCE_DIR) + "/build/pyenv/bin/python3";
+  const std::string venv = agt::source_dir() + "/build/pyenv/bin/python3";
   if (::access(venv.c_str(), X_OK) == 0) return venv;
   return "python3";
 }
@@ -418,7 +418,7 @@ std::string python_with_safetensors() {
 
 // Runs the interop script; on failure, the status and what it printed.
 ::testing::AssertionResult run_interop(const std::string& py, const std::string& args, const TempDir& dir) {
-  const std::string script = std::string(AMPGRAD_SOURCE_DIR) + "/tests/interop/safetensors_interop.py";
+  const std::string script = agt::source_dir() + "/tests/interop/safetensors_interop.py";
   const std::string log = dir.file("python.log");
   const int rc = run_command(shell_quote(py) + " " + shell_quote(script) + " " + args + " >" + shell_quote(log) + " 2>&1");
   if (rc == 0) return ::testing::AssertionSuccess();

@@ -215,6 +215,8 @@ std::string error_in_child(const std::function<void()>& f, int seconds, bool unp
   return out;
 }
 
+std::string source_dir() { return AMPGRAD_SOURCE_DIR; }
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

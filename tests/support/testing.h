@@ -41,6 +41,9 @@ inline ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tens
 /// back), for testing that ops handle any layout. t must have at least 2 dims.
 ag::Tensor non_contiguous(const ag::Tensor& t);
 
+/// The source checkout the tests were built from (for files such as docs/ and scripts/).
+std::string source_dir();
+
 using Bytes = std::vector<unsigned char>;
 
 /// A fresh directory under GoogleTest's temp dir, named after the running test, removed

@@ -207,10 +207,9 @@ void naming_the_file(const std::string& path, const std::string& what, F&& f) {
   try {
     f();
   } catch (const Error& e) {
-    std::string msg = e.what();
+    const std::string msg = e.what();
     if (msg.rfind("[Lite::load] ", 0) == 0 && msg.find(path) != std::string::npos) throw;  // names it already
-    if (!msg.empty() && msg[0] == '[' && msg.find("] ") != std::string::npos) msg = msg.substr(msg.find("] ") + 2);
-    AG_ERROR("Lite::load", path, ": ", what, ": ", msg);
+    AG_ERROR("Lite::load", path, ": ", what, ": ", e.message());
   }
 }
 
@@ -263,8 +262,11 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
       offset = detail::parse_u64(meta.at("lite.rng_offset"), "Lite::load", "lite.rng_offset");
     });
   }
-  for (const auto& [name, item] : state)
+  for (const auto& entry : state) {  // named members, not a structured binding: lambdas capture them
+    const std::string& name = entry.first;
+    const StateItem& item = entry.second;
     naming_the_file(path, "\"" + name + "\"", [&] { item.load(name, tensors, meta, path); });
+  }
   if (!plugin_state.empty())
     naming_the_file(path, "grad-scaler state (" + prefix + "*)", [&] { core_->plugin->load_state_dict(plugin_state); });
   core_->stepped.clear();
@@ -278,22 +280,30 @@ LiteOptimizer::LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::Lite
     : opt_(&opt),
       taken_at_setup_(opt.step_count().clone()),
       skipped_(zeros({}, TensorOptions(kInt64).device(opt.step_count().device()))),
+      skip_run_(zeros({}, TensorOptions(kInt64).device(opt.step_count().device()))),
       core_(std::move(core)) {}
 
 StepResult LiteOptimizer::step() {
   AG_CHECK(opt_ != nullptr, "LiteOptimizer::step", "not set up (use lite.setup)");
   const StepResult r = core_->step(*opt_);
+  NoGradGuard ng;
   if (r.on_device()) {
-    NoGradGuard ng;
-    skipped_.add_(ne(r.found_inf(), 0.0).to(kInt64).sum().to(skipped_.device()));
+    // Decided on the device: count there, and extend or end the run of skips, with no sync.
+    const Tensor skipped = amax(ne(r.found_inf(), 0.0).to(kInt64)).to(skipped_.device());
+    skipped_.add_(skipped);
+    skip_run_.add_(1).mul_(skipped);
   } else if (!r) {
     skipped_.add_(1);
+    skip_run_.add_(1);
+  } else {
+    skip_run_.zero_();
   }
   return r;
 }
 
 int64_t LiteOptimizer::steps_taken() const { return (optimizer().step_count() - taken_at_setup_).item<int64_t>(); }
 int64_t LiteOptimizer::steps_skipped() const { return skipped_.item<int64_t>(); }
+int64_t LiteOptimizer::consecutive_skips() const { return skip_run_.item<int64_t>(); }
 
 LiteScheduler::LiteScheduler(LiteOptimizer& opt, optim::SchedulePtr schedule)
     : opt_(&opt.optimizer()), schedule_(std::move(schedule)) {

@@ -19,6 +19,12 @@ namespace ampgrad {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  /// The message without its leading "[op] ", to restate the error under another op.
+  std::string message() const {
+    const std::string_view m = what();
+    const size_t end = m.find("] ");
+    return std::string(!m.empty() && m[0] == '[' && end != std::string_view::npos ? m.substr(end + 2) : m);
+  }
 };
 
 namespace detail {

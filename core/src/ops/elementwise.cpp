@@ -89,6 +89,7 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Operand& b) {
 // overlap; writing in place through one that does would race and give an answer that
 // depends on the order of the writes, which PyTorch refuses too.
 bool may_overlap(const Tensor& t) {
+  if (t.is_contiguous()) return false;  // the common case, without sorting (or allocating)
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.size(d) > 1) dims.push_back({t.stride(d), t.size(d)});
@@ -606,10 +607,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   detail::check_defined(mask, "masked_fill", "mask");
   AG_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be bool, got ", dtype_name(mask.dtype()));
   detail::check_defined(x, "masked_fill", "input");
-  Tensor out = where_op(mask, value, x, x.dtype());
-  AG_CHECK(out.sizes() == x.sizes(), "masked_fill", "mask of shape ", mask.sizes(),
-           " does not broadcast to the input's shape ", x.sizes());
-  return out;
+  AG_CHECK(broadcast_shapes(mask.sizes(), x.sizes(), "masked_fill") == x.sizes(), "masked_fill", "mask of shape ",
+           mask.sizes(), " does not broadcast to the input's shape ", x.sizes());
+  return where_op(mask, value, x, x.dtype());
 }
 
 Tensor to_dtype(const Tensor& x, DType dtype) {

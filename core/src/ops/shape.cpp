@@ -145,6 +145,7 @@ Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  detail::check_defined(x, "flatten", "input");
   if (x.dim() == 0) return reshape(x, {1});
   const int64_t s = wrap_dim(start_dim, x.dim(), "flatten"), e = wrap_dim(end_dim, x.dim(), "flatten");
   AG_CHECK(s <= e, "flatten", "start_dim ", start_dim, " comes after end_dim ", end_dim);
@@ -249,6 +250,7 @@ Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
 }
 
 Tensor squeeze(const Tensor& x) {
+  detail::check_defined(x, "squeeze", "input");
   std::vector<int64_t> shape;
   for (int64_t s : x.sizes())
     if (s != 1) shape.push_back(s);
@@ -256,6 +258,7 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
+  detail::check_defined(x, "squeeze", "input");
   if (x.dim() == 0) return x;
   dim = wrap_dim(dim, x.dim(), "squeeze");
   if (x.sizes()[size_t(dim)] != 1) return x;
@@ -349,6 +352,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
+  detail::check_defined(x, "split", "input");
   AG_CHECK(split_size > 0, "split", "split_size must be positive, got ", split_size);
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.sizes()[size_t(dim)];
@@ -360,6 +364,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  detail::check_defined(x, "chunk", "input");
   AG_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
   dim = wrap_dim(dim, x.dim(), "chunk");
   const int64_t n = x.sizes()[size_t(dim)];
@@ -383,8 +388,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t n = x.sizes()[size_t(dim)];
   const int64_t* ip = idx.device().is_cpu() ? idx.data_ptr<int64_t>() : nullptr;
   for (int64_t i = 0; ip && i < idx.numel(); ++i)
-    AG_CHECK(ip[i] >= -n && ip[i] < n, "index_select", "index ", ip[i], " is out of range for dim ",
-             dim, " of size ", n);
+    AG_CHECK(ip[i] >= 0 && ip[i] < n, "index_select", "index ", ip[i], " is out of range for dim ", dim,
+             " of size ", n, " (indices are in [0, size), as in PyTorch)");
   Shape shape = x.sizes();
   shape[size_t(dim)] = idx.numel();
   Tensor out = make_tensor(shape, x.dtype(), x.device(), "index_select");
@@ -413,8 +418,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
   const int64_t n = x.sizes()[size_t(dim)];
   const int64_t* ip = idx.device().is_cpu() ? idx.data_ptr<int64_t>() : nullptr;
   for (int64_t i = 0; ip && i < idx.numel(); ++i)
-    AG_CHECK(ip[i] >= -n && ip[i] < n, "gather", "index ", ip[i], " is out of range for dim ", dim,
-             " of size ", n);
+    AG_CHECK(ip[i] >= 0 && ip[i] < n, "gather", "index ", ip[i], " is out of range for dim ", dim, " of size ", n,
+             " (indices are in [0, size), as in PyTorch)");
   Tensor out = make_tensor(idx.sizes(), x.dtype(), x.device());
   backend(x.device(), "gather").gather(x, dim, idx, out);
   if (any_requires_grad({&x})) {

@@ -22,5 +22,8 @@ void save(const std::string& path, const StateDict& tensors, const Metadata& met
 /// unknown dtype, offsets that disagree with dtype and shape or leave the data, tensors that
 /// overlap or leave holes, metadata values that are not strings.
 StateDict load(const std::string& path, Metadata* metadata = nullptr);
+/// The metadata alone, after the same checks of the whole header as load() (the data is
+/// not read): a cheap look at what a file holds before loading it.
+Metadata load_metadata(const std::string& path);
 
 }  // namespace ampgrad::nn

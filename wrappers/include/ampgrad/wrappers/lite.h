@@ -175,6 +175,10 @@ class LiteOptimizer {
   /// setup (host syncs: the counts live on the device).
   int64_t steps_taken() const;
   int64_t steps_skipped() const;
+  /// The steps skipped in a row up to the latest one (0 once a step updates the
+  /// parameters): a loop that reads it now and then can stop a run that no longer
+  /// recovers (a host sync).
+  int64_t consecutive_skips() const;
 
  private:
   friend class LiteScheduler;
@@ -182,6 +186,7 @@ class LiteOptimizer {
   optim::Optimizer* opt_ = nullptr;
   Tensor taken_at_setup_;  // the optimizer's step_count() when set up
   Tensor skipped_;         // int64, 0-dim, on the parameters' device
+  Tensor skip_run_;        // int64, 0-dim, there too
   std::shared_ptr<detail::LiteCore> core_;
 };
 
