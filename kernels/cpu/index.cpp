@@ -1,6 +1,6 @@
 // Indexing kernels: index_select / index_add (embedding and its gradient) and
 // gather / scatter_add (nll_loss and its gradient). Indices are int64, contiguous and
-// already range-checked by the frontend; negative ones count from the end.
+// already checked by the frontend to lie in [0, n), as in PyTorch.
 #include <cstring>
 
 #include "cpu/cpu_backend.h"
@@ -10,12 +10,6 @@
 #include "internal.h"
 
 namespace ampgrad::cpu {
-namespace {
-
-inline int64_t wrap(int64_t i, int64_t n) { return i < 0 ? i + n : i; }
-
-}  // namespace
-
 void CpuBackend::index_select(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& out) {
   const Tensor x = detail::contiguous_raw(x0);
   const Split3 in(x.sizes(), dim);
@@ -27,7 +21,7 @@ void CpuBackend::index_select(const Tensor& x0, int64_t dim, const Tensor& index
   parallel_for(0, in.outer * m, std::max<int64_t>(1, 16384 / std::max<int64_t>(in.inner, 1)), [&](int64_t b, int64_t e) {
     for (int64_t k = b; k < e; ++k) {
       const int64_t o = k / m, i = k % m;
-      std::memcpy(dst + size_t(k) * row, src + size_t(o * in.n + wrap(idx[i], in.n)) * row, row);
+      std::memcpy(dst + size_t(k) * row, src + size_t(o * in.n + idx[i]) * row, row);
     }
   });
 }
@@ -45,7 +39,7 @@ void CpuBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, 
     parallel_for(0, o.inner, 1024, [&](int64_t cb, int64_t ce) {
       for (int64_t a = 0; a < o.outer; ++a)
         for (int64_t i = 0; i < m; ++i) {
-          T* d = dst + (a * o.n + wrap(idx[i], o.n)) * o.inner;
+          T* d = dst + (a * o.n + idx[i]) * o.inner;
           const T* sr = s + (a * m + i) * o.inner;
           for (int64_t c = cb; c < ce; ++c) d[c] = cast<T>(A(d[c]) + A(sr[c]));
         }
@@ -70,7 +64,7 @@ void CpuBackend::gather(const Tensor& x0, int64_t dim, const Tensor& index, cons
         for (int64_t d = nd - 1; d >= 0; --d) {
           const int64_t c = rem % isz[size_t(d)];
           rem /= isz[size_t(d)];
-          off += (d == dim ? wrap(idx[k], xi.n) : c) * xst[size_t(d)];
+          off += (d == dim ? idx[k] : c) * xst[size_t(d)];
         }
         dst[k] = src[off];
       }
@@ -95,7 +89,7 @@ void CpuBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& index
       for (int64_t d = nd - 1; d >= 0; --d) {
         const int64_t c = rem % isz[size_t(d)];
         rem /= isz[size_t(d)];
-        off += (d == dim ? wrap(idx[k], oi.n) : c) * ost[size_t(d)];
+        off += (d == dim ? idx[k] : c) * ost[size_t(d)];
       }
       dst[off] = cast<T>(A(dst[off]) + A(s[k]));
     }

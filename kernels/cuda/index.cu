@@ -1,11 +1,11 @@
 // Indexing kernels of the CUDA backend: index_select and gather (embedding and nll_loss
 // forward), index_add and scatter_add (their gradients), with the CPU's semantics
-// (kernels/cpu/index.cpp): indices are int64, in [-n, n), negative ones counting from
-// the end.
+// (kernels/cpu/index.cpp): indices are int64, in [0, n), as in PyTorch.
 //
 // The host has not seen a CUDA tensor's indices, so the kernels check them: an index
-// outside [-n, n) is never used for an address; the kernel reports it into the device's
-// error slot (report_index_error; the host raises it at its next sync, backend.cu) and
+// outside [0, n), a negative one too, is never used for an address; the kernel reports it
+// into the device's error slot (report_index_error; the host raises it at its next sync,
+// backend.cu) and
 // skips the element (index_select/gather leave that output element unwritten,
 // index_add/scatter_add add nothing for it).
 //
@@ -70,8 +70,7 @@ void check_operands(const char* op, const Tensor& out, const Tensor& x, const Te
            x.device(), ", ", index.device(), " and ", out.device());
 }
 
-__device__ __forceinline__ bool in_range(int64_t j, int64_t n) { return j >= -n && j < n; }
-__device__ __forceinline__ int64_t wrap(int64_t j, int64_t n) { return j < 0 ? j + n : j; }
+__device__ __forceinline__ bool in_range(int64_t j, int64_t n) { return j >= 0 && j < n; }
 
 // out[i] = x[... index[i] ...]: operands of L are out, x (stride 0 along the indexed dim)
 // and the index (as broadcast to out's shape); x_dim_stride is x's byte stride along dim.
@@ -88,7 +87,7 @@ __global__ void take_kernel(StridedLayout<3> L, int64_t n, int64_t x_dim_stride,
       continue;
     }
     *reinterpret_cast<E*>(L.base[0] + off[0]) =
-        *reinterpret_cast<const E*>(L.base[1] + off[1] + wrap(j, n) * x_dim_stride);
+        *reinterpret_cast<const E*>(L.base[1] + off[1] + j * x_dim_stride);
   }
 }
 
@@ -110,7 +109,7 @@ __global__ void index_add_kernel(StridedLayout<2> L, const int64_t* idx, int64_t
         report_index_error(err, kErrIndexAdd, j, n);
         continue;
       }
-      D* const d = reinterpret_cast<D*>(o + wrap(j, n) * out_dim_stride);
+      D* const d = reinterpret_cast<D*>(o + j * out_dim_stride);
       const D v = *reinterpret_cast<const D*>(s + i * src_dim_stride);
       *d = convert<D>(convert<A>(*d) + convert<A>(v));
     }
@@ -136,7 +135,7 @@ __global__ void scatter_add_kernel(StridedLayout<3> L, int64_t len, int64_t n, i
         report_index_error(err, kErrScatterAdd, j, n);
         continue;
       }
-      D* const d = reinterpret_cast<D*>(o + wrap(j, n) * out_dim_stride);
+      D* const d = reinterpret_cast<D*>(o + j * out_dim_stride);
       const D v = *reinterpret_cast<const D*>(s + k * src_dim_stride);
       *d = convert<D>(convert<A>(*d) + convert<A>(v));
     }

@@ -57,6 +57,9 @@ TEST(CudaErrors, IndexOutOfRangeIsReportedAtTheNextSync) {
   // The op is queued; the device finds the index and the next host wait reports it.
   out = index_select(w, 0, bad);
   EXPECT_AG_ERROR(out.to(kCPU), "[index_select] index 12 is out of range for a dimension of size 10");
+  // A negative index is refused too (as on the CPU and in PyTorch), also through embedding.
+  out = embedding(from_vector<int64_t>({0, -1}, {2}).to(kGpu), w);
+  EXPECT_AG_ERROR(out.to(kCPU), "index -1 is out of range for a dimension of size 10");
   // Reported once: the slot is clear again and the device works on.
   EXPECT_TRUE(agt::allclose(index_select(w, 0, from_vector<int64_t>({2}, {1}).to(kGpu)).to(kCPU),
                             index_select(w.to(kCPU), 0, from_vector<int64_t>({2}, {1})), 0, 0));
