@@ -23,6 +23,8 @@ Tensor contiguous_raw(const Tensor& base);
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 void check_defined(const Tensor& t, const char* op, const char* what);
+/// A masked fill's mask: defined, bool, and broadcasting to `shape` (the input's).
+void check_mask(const Tensor& mask, const Shape& shape, const char* op);
 
 /// t saved for backward when `needed` (a gradient that reads it is wanted), else nothing.
 inline SavedTensor save_if(const Tensor& t, bool needed) { return needed ? SavedTensor(t) : SavedTensor(); }

@@ -244,9 +244,7 @@ Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   const bool needs_grad = any_requires_grad({this});
   detail::apply_inplace(*this, "masked_fill_", needs_grad,
                         [&] { return ampgrad::masked_fill(*this, mask, value); }, [&] {
-    AG_CHECK(mask.defined() && mask.dtype() == kBool, "masked_fill_", "the mask must be a bool tensor");
-    AG_CHECK(broadcast_shapes(mask.sizes(), sizes(), "masked_fill_") == sizes(), "masked_fill_", "mask of shape ",
-             mask.sizes(), " does not broadcast to the tensor's shape ", sizes());
+    detail::check_mask(mask, sizes(), "masked_fill_");
     backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), Operand::scalar(value.to_double()),
                                             *this, *this);
   });

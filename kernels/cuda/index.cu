@@ -5,9 +5,8 @@
 // The host has not seen a CUDA tensor's indices, so the kernels check them: an index
 // outside [0, n), a negative one too, is never used for an address; the kernel reports it
 // into the device's error slot (report_index_error; the host raises it at its next sync,
-// backend.cu) and
-// skips the element (index_select/gather leave that output element unwritten,
-// index_add/scatter_add add nothing for it).
+// backend.cu) and skips the element (index_select/gather leave that output element
+// unwritten, index_add/scatter_add add nothing for it).
 //
 // Every tensor may be strided: each kernel walks a StridedLayout built here over the
 // shape it iterates, where the indexed dim gets stride 0 in the indexed tensor, and adds

@@ -37,6 +37,13 @@ void check_defined(const Tensor& t, const char* op, const char* what) {
   AG_CHECK(t.defined(), op, what, " is an undefined tensor");
 }
 
+void check_mask(const Tensor& mask, const Shape& shape, const char* op) {
+  check_defined(mask, op, "mask");
+  AG_CHECK(mask.dtype() == kBool, op, "the mask must be bool, got ", dtype_name(mask.dtype()));
+  AG_CHECK(broadcast_shapes(mask.sizes(), shape, op) == shape, op, "mask of shape ", mask.sizes(),
+           " does not broadcast to the input's shape ", shape);
+}
+
 bool is_host_scalar(const Tensor& t) { return t.dim() == 0 && t.device().is_cpu(); }
 
 Device common_device(const Tensor& a, const Tensor& b, const char* op) {
@@ -604,11 +611,8 @@ Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   if (auto in = dispatch::autocast("where", x)) return masked_fill((*in)[0], mask, value);
-  detail::check_defined(mask, "masked_fill", "mask");
-  AG_CHECK(mask.dtype() == kBool, "masked_fill", "the mask must be bool, got ", dtype_name(mask.dtype()));
   detail::check_defined(x, "masked_fill", "input");
-  AG_CHECK(broadcast_shapes(mask.sizes(), x.sizes(), "masked_fill") == x.sizes(), "masked_fill", "mask of shape ",
-           mask.sizes(), " does not broadcast to the input's shape ", x.sizes());
+  detail::check_mask(mask, x.sizes(), "masked_fill");
   return where_op(mask, value, x, x.dtype());
 }
 

@@ -377,6 +377,16 @@ void check_index(const Tensor& index, const char* op) {
   AG_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, op, "index must be int64 or int32, got ",
            dtype_name(index.dtype()));
 }
+
+// Every index of idx (int64, contiguous) in [0, n), when the host holds them; a device's
+// indices are checked by its kernels, which report at the next sync.
+void check_index_range(const Tensor& idx, int64_t n, int64_t dim, const char* op) {
+  if (!idx.device().is_cpu()) return;
+  const int64_t* ip = idx.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx.numel(); ++i)
+    AG_CHECK(ip[i] >= 0 && ip[i] < n, op, "index ", ip[i], " is out of range for dim ", dim, " of size ", n,
+             " (indices are in [0, size), as in PyTorch)");
+}
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
@@ -385,11 +395,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   AG_CHECK(index.dim() <= 1, "index_select", "index must be 1-D, got shape ", index.sizes());
   dim = wrap_dim(dim, x.dim(), "index_select");
   Tensor idx = detail::contiguous_raw(detail::cast_raw(index.dim() == 0 ? index.view({1}) : index, kInt64));
-  const int64_t n = x.sizes()[size_t(dim)];
-  const int64_t* ip = idx.device().is_cpu() ? idx.data_ptr<int64_t>() : nullptr;
-  for (int64_t i = 0; ip && i < idx.numel(); ++i)
-    AG_CHECK(ip[i] >= 0 && ip[i] < n, "index_select", "index ", ip[i], " is out of range for dim ", dim,
-             " of size ", n, " (indices are in [0, size), as in PyTorch)");
+  check_index_range(idx, x.sizes()[size_t(dim)], dim, "index_select");
   Shape shape = x.sizes();
   shape[size_t(dim)] = idx.numel();
   Tensor out = make_tensor(shape, x.dtype(), x.device(), "index_select");
@@ -415,11 +421,7 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
     AG_CHECK(d == dim || index.sizes()[size_t(d)] <= x.sizes()[size_t(d)], "gather", "index shape ",
              index.sizes(), " exceeds the input shape ", x.sizes(), " in dim ", d);
   Tensor idx = detail::contiguous_raw(detail::cast_raw(index, kInt64));
-  const int64_t n = x.sizes()[size_t(dim)];
-  const int64_t* ip = idx.device().is_cpu() ? idx.data_ptr<int64_t>() : nullptr;
-  for (int64_t i = 0; ip && i < idx.numel(); ++i)
-    AG_CHECK(ip[i] >= 0 && ip[i] < n, "gather", "index ", ip[i], " is out of range for dim ", dim, " of size ", n,
-             " (indices are in [0, size), as in PyTorch)");
+  check_index_range(idx, x.sizes()[size_t(dim)], dim, "gather");
   Tensor out = make_tensor(idx.sizes(), x.dtype(), x.device());
   backend(x.device(), "gather").gather(x, dim, idx, out);
   if (any_requires_grad({&x})) {
