@@ -40,7 +40,9 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
   std::printf("        vendor %s, %d logical cores\n", c.vendor.empty() ? "(unknown)" : c.vendor.c_str(),
               c.logical_cores);
   std::printf("        flags  %s\n", cpu_flags(c).c_str());
-  std::printf("        oneDNN ISA %s\n\n", p.onednn_isa.c_str());
+  std::printf("        oneDNN ISA %s\n", p.onednn_isa.c_str());
+  std::printf("        vector math %s%s\n\n", p.vector_math_isa.c_str(),
+              p.vector_math_isa == "none" ? " (scalar functors)" : " (SLEEF: exp, log, tanh, erfc, pow)");
 
   if (p.cuda.empty()) {
     std::printf("cuda    no CUDA device (%s)\n\n",

@@ -69,10 +69,13 @@ AG_UNARY_FN(Tanh, true, return std::tanh(x);)
 AG_UNARY_FN(Sigmoid, true, return A(1) / (A(1) + std::exp(-x));)
 // x < 0 ? 0 : x keeps NaN, as PyTorch's relu does.
 AG_UNARY_FN(Relu, false, if constexpr (std::is_unsigned_v<A>) return x; else return x < A(0) ? A(0) : x;)
-AG_UNARY_FN(GeluErf, true, return A(0.5) * x * (A(1) + std::erf(x * A(0.70710678118654752440)));)
+// GELU as 0.5 x erfc(-x / sqrt2) = 0.5 x (1 + erf(x / sqrt2)), and the tanh form as
+// x / (1 + e^(-2u)) = 0.5 x (1 + tanh(u)): the same functions without the cancellation of
+// 1 + erf or 1 + tanh near -1, so negative inputs keep their relative accuracy.
+AG_UNARY_FN(GeluErf, true, return A(0.5) * x * std::erfc(x * A(-0.70710678118654752440));)
 AG_UNARY_FN(GeluTanh, true, {
   const A k = A(0.79788456080286535588);  // sqrt(2/pi)
-  return A(0.5) * x * (A(1) + std::tanh(k * (x + A(0.044715) * x * x * x)));
+  return x / (A(1) + std::exp(A(-2) * k * (x + A(0.044715) * x * x * x)));
 })
 AG_UNARY_FN(Silu, true, return x / (A(1) + std::exp(-x));)
 AG_UNARY_FN(PowScalar, true, {
@@ -115,7 +118,7 @@ AG_BINARY_FN(Minimum, false, if constexpr (std::is_floating_point_v<A>) { if (a 
 // Fused activation gradients: a is the incoming gradient, b the saved input (or output).
 AG_BINARY_FN(ReluBackward, true, return b > A(0) ? a : A(0);)
 AG_BINARY_FN(GeluErfBackward, true, {
-  const A cdf = A(0.5) * (A(1) + std::erf(b * A(0.70710678118654752440)));
+  const A cdf = A(0.5) * std::erfc(b * A(-0.70710678118654752440));
   const A pdf = std::exp(A(-0.5) * b * b) * A(0.39894228040143267794);  // 1/sqrt(2 pi)
   return a * (cdf + b * pdf);
 })

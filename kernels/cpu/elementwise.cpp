@@ -1,11 +1,14 @@
 // Elementwise kernels: unary, binary, compare and where, each one map_loop (cpu/loops.h)
 // instantiated per op from the functors in kernels/functors.h and per dtype by dispatch.
+// The transcendental ops on float32, bfloat16 and float16 run the vector math kernels
+// (cpu/vmath.h) instead, over whole runs (16-bit runs widened to float in chunks).
 // A scalar operand is converted once and bound into the functor, so it is read from a
 // register and the loop runs over the tensor operands alone; the functor, and so the
 // math, is the same one either way.
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/vec.h"
+#include "cpu/vmath.h"
 #include "functors.h"
 
 namespace ampgrad::cpu {
@@ -64,9 +67,55 @@ void where_kernel(const Tensor& cond, const Operand& a, const Operand& b, const 
 }
 
 
+// out = fn(inputs...) through the vector math kernels, for T float, BFloat16 or Half: a
+// contiguous float32 run goes straight in; any other run is widened (and gathered) into
+// float chunks, computed, and narrowed (and scattered) back.
+template <class T, int K>
+void vmath_map(vmath::Fn fn, float param, const Tensor& out, const std::array<const Tensor*, K>& in) {
+  static_assert(K == 1 || K == 2);
+  std::array<const Tensor*, K + 1> ops{&out};
+  for (int k = 0; k < K; ++k) ops[size_t(k) + 1] = in[size_t(k)];
+  const auto run = [fn, param](const float* a, const float* b, float* y, int64_t n) {
+    if constexpr (K == 1) vmath::unary(fn, a, y, n, param);
+    else vmath::binary(fn, a, b, y, n);
+  };
+  // Each element costs tens of cycles here, so threads pay off sooner than for a plain loop.
+  for_each_strided<K + 1>(ops, [&](char** p, const int64_t* s, int64_t n) {
+    constexpr int64_t f = int64_t(sizeof(float));
+    if constexpr (std::is_same_v<T, float>) {
+      if (s[0] == f && s[1] == f && (K == 1 || s[K] == f)) {
+        run(reinterpret_cast<const float*>(p[1]), reinterpret_cast<const float*>(p[K]),
+            reinterpret_cast<float*>(p[0]), n);
+        return;
+      }
+    }
+    float buf[K][kChunk];
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      for (int k = 0; k < K; ++k) load_acc<T, float>(p[k + 1] + i * s[k + 1], s[k + 1], buf[k], m);
+      run(buf[0], buf[K - 1], buf[0], m);
+      store_acc<T, float>(buf[0], p[0] + i * s[0], s[0], m);
+    }
+  }, kGrain / 8);
+}
+
+// Runs the vector math kernels for fn on a float32, bfloat16 or float16 output; false (and
+// nothing done) when fn is None, the dtype is another, or the kernels are off.
+template <int K>
+bool try_vmath(vmath::Fn fn, float param, const Tensor& out, const std::array<const Tensor*, K>& in) {
+  if (fn == vmath::Fn::None || vmath::active_isa() == vmath::Isa::None) return false;
+  switch (out.dtype()) {
+    case kFloat32: vmath_map<float, K>(fn, param, out, in); return true;
+    case kBFloat16: vmath_map<BFloat16, K>(fn, param, out, in); return true;
+    case kFloat16: vmath_map<Half, K>(fn, param, out, in); return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) {
+  if (try_vmath<1>(vmath::unary_fn(op, p), float(p.a), out, {&x})) return;
   switch (op) {
 #define AG_CASE(NAME)                                                                  \
   case UnaryOp::NAME: {                                                                \
@@ -83,6 +132,8 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryPara
 
 void CpuBackend::binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) {
   tensor_operand(a, b, op_name(op));
+  if (!a.is_scalar() && !b.is_scalar() && try_vmath<2>(vmath::binary_fn(op), 0.0f, out, {&a.tensor(), &b.tensor()}))
+    return;
   switch (op) {
 #define AG_CASE(NAME)                                                                  \
   case BinaryOp::NAME: {                                                               \

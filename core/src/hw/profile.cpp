@@ -17,6 +17,7 @@ const HardwareProfile& query() {
   static const HardwareProfile profile = [] {
     HardwareProfile p;
     p.cpu = cpu_features();
+    p.vector_math_isa = vector_math_isa();
     p.built_with_onednn = built_with_onednn();
     p.built_with_cuda = built_with_cuda();
     try {
@@ -145,6 +146,7 @@ HardwareProfile cpu_only(CpuFeatures f, std::string isa) {
   HardwareProfile p;
   p.cpu = std::move(f);
   p.onednn_isa = std::move(isa);
+  p.vector_math_isa = p.cpu.avx512f ? "avx512" : p.cpu.avx2 && p.cpu.fma ? "avx2" : "sse2";
   p.built_with_onednn = true;
   p.built_with_cuda = false;
   return p;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace ampgrad::hw {
 
@@ -34,5 +35,18 @@ const CpuFeatures& cpu_features();
 
 /// Runs the detection again, uncached (for tests and diagnostics).
 CpuFeatures detect_cpu_features();
+
+/// The instruction set that the CPU elementwise kernels' float32 math (exp, log, log1p,
+/// tanh, sigmoid, GELU, SiLU, pow and the activation gradients, on float32, bfloat16 and
+/// float16 tensors) runs with: "avx512", "avx2" or "sse2" (SLEEF's vector functions, chosen
+/// at run time), or "none" (the scalar functors; a build without SLEEF or off x86-64).
+/// The environment variable AMPGRAD_VMATH sets the initial value.
+std::string vector_math_isa();
+/// The widest set this build and CPU can run (what vector_math_isa() starts as).
+std::string best_vector_math_isa();
+/// Switches the set for the whole process (for before/after measurements and tests): one of
+/// the names above that this build and CPU run, else an ag::Error naming what they run.
+/// Not meant to be called while kernels run on other threads.
+void set_vector_math_isa(std::string_view name);
 
 }  // namespace ampgrad::hw

@@ -55,6 +55,9 @@ struct HardwareProfile {
   /// The ISA oneDNN dispatches to ("avx512_core_bf16", ...), or
   /// "none (built without oneDNN)".
   std::string onednn_isa;
+  /// The instruction set of the elementwise kernels' vector math (hw::vector_math_isa(); a
+  /// fake profile: the widest its flags allow).
+  std::string vector_math_isa;
   bool built_with_onednn = false;
   bool built_with_cuda = false;
   /// Every CUDA device, in index order; empty without CUDA, driver or GPU.

@@ -1,0 +1,164 @@
+// The vector math kernels for one instruction set (cpu/vmath.h), included by exactly one
+// translation unit per set, which defines first:
+//   AG_VMATH_NS    the namespace of its entry points (sse2, avx2, avx512)
+//   AG_VMATH_W     floats per register (4, 8, 16)
+//   AG_VMATH_V     the register type (__m128, __m256, __m512)
+//   AG_VMATH_SET1  the intrinsic that broadcasts a float
+//   AG_VMATH_ISA   SLEEF's suffix for the set (sse2, avx2, avx512f)
+// and is compiled with the set's flags. Everything here has internal linkage or lives in
+// that namespace, and only system headers are included, so nothing compiled with the
+// wider set's flags can be picked by the linker for baseline code.
+#include <immintrin.h>
+#include <sleef.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "fn.h"
+
+#define AG_VMATH_CAT_(a, b, c, d) Sleef_##a##f##b##_##c##d
+#define AG_VMATH_CAT(a, b, c, d) AG_VMATH_CAT_(a, b, c, d)
+/// SLEEF's entry point for f at this width and accuracy (u10: 1.0 ulp, u15: 1.5 ulp).
+#define AG_SLEEF(f, u) AG_VMATH_CAT(f, AG_VMATH_W, u, AG_VMATH_ISA)
+
+namespace ampgrad::cpu::vmath::AG_VMATH_NS {
+namespace {
+
+using V = AG_VMATH_V;
+constexpr int W = AG_VMATH_W;
+// The lane mask of a comparison (GCC and clang vector extensions: -1 where true).
+using M = decltype(V{} < V{});
+
+inline V splat(float x) { return AG_VMATH_SET1(x); }
+// m ? a : b per lane, by bits (both compilers accept bitwise operators on integer vectors).
+inline V select(M m, V a, V b) {
+  M ai, bi;
+  std::memcpy(&ai, &a, sizeof(V));
+  std::memcpy(&bi, &b, sizeof(V));
+  const M r = (m & ai) | (~m & bi);
+  V out;
+  std::memcpy(&out, &r, sizeof(V));
+  return out;
+}
+inline V vabs(V x) { return select(x < splat(0.0f), -x, x); }
+
+inline V exp(V x) { return AG_SLEEF(exp, u10)(x); }
+inline V log(V x) { return AG_SLEEF(log, u10)(x); }
+// SLEEF's log1p holds its 1 ulp up to 1e38; far below that log1p(x) and log(x) round alike.
+inline V log1p(V x) { return select(x > splat(1e30f), log(x), AG_SLEEF(log1p, u10)(x)); }
+inline V tanh(V x) { return AG_SLEEF(tanh, u10)(x); }
+inline V erfc(V x) { return AG_SLEEF(erfc, u15)(x); }
+inline V pow(V x, V e) { return AG_SLEEF(pow, u10)(x, e); }
+// 1 / (1 + e^-x) from e = e^-|x| <= 1: no overflow, and e / (1 + e) keeps the tiny values
+// of large negative x (down to the denormals) instead of flushing them to 0.
+inline V sigmoid(V x) {
+  const V e = exp(-vabs(x));
+  const V r = splat(1.0f) / (splat(1.0f) + e);
+  return select(x < splat(0.0f), e * r, r);
+}
+
+constexpr float kSqrtHalf = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluC = 0.044715f;
+
+// 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2): no cancellation for negative x.
+inline V gelu_erf(V x) { return splat(0.5f) * x * erfc(x * splat(-kSqrtHalf)); }
+// 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+inline V gelu_tanh(V x) {
+  const V u = splat(kSqrt2OverPi) * (x + splat(kGeluC) * x * x * x);
+  return x * sigmoid(splat(2.0f) * u);
+}
+inline V silu(V x) { return x * sigmoid(x); }
+
+inline V gelu_erf_backward(V g, V x) {
+  const V cdf = splat(0.5f) * erfc(x * splat(-kSqrtHalf));
+  const V pdf = exp(splat(-0.5f) * x * x) * splat(kInvSqrt2Pi);
+  return g * (cdf + x * pdf);
+}
+// With e = e^-2|u| and r = 1 / (1 + e): 1 + tanh(u) = 2 sigmoid(2u) and 1 - tanh(u)^2 =
+// 4 e r^2, neither of which cancels as t -> +-1. Past |x| = 20 the derivative is 1 or 0 in
+// float; clamping there keeps x^3 finite (so the second term is 0, not 0 * inf).
+inline V gelu_tanh_backward(V g, V x) {
+  const V xc = select(x > splat(20.0f), splat(20.0f), select(x < splat(-20.0f), splat(-20.0f), x));
+  const V x2 = xc * xc;
+  const V u = splat(kSqrt2OverPi) * (xc + splat(kGeluC) * x2 * xc);
+  const V e = exp(splat(-2.0f) * vabs(u));
+  const V r = splat(1.0f) / (splat(1.0f) + e);
+  const V half_one_plus_t = select(u < splat(0.0f), e * r, r);
+  const V dt = splat(4.0f) * e * r * r * splat(kSqrt2OverPi) * (splat(1.0f) + splat(3.0f * kGeluC) * x2);
+  return g * (half_one_plus_t + splat(0.5f) * x * dt);
+}
+// s (1 + x (1 - s)) with s = sigmoid(x) and 1 - s = sigmoid(-x) both from e = e^-|x|, so
+// 1 - s keeps its relative accuracy for large x instead of cancelling.
+inline V silu_backward(V g, V x) {
+  const V e = exp(-vabs(x));
+  const V r = splat(1.0f) / (splat(1.0f) + e);
+  const M neg = x < splat(0.0f);
+  const V s = select(neg, e * r, r), one_minus_s = select(neg, r, e * r);
+  return g * s * (splat(1.0f) + x * one_minus_s);
+}
+
+inline V load(const float* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+inline void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+
+// y = f(x) over n floats: whole registers, then the tail through a zero-padded register.
+template <class F>
+void map1(const float* x, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, f(load(x + i)));
+  if (i < n) {
+    float bx[W] = {}, by[W];
+    std::memcpy(bx, x + i, size_t(n - i) * sizeof(float));
+    store(by, f(load(bx)));
+    std::memcpy(y + i, by, size_t(n - i) * sizeof(float));
+  }
+}
+template <class F>
+void map2(const float* a, const float* b, float* y, int64_t n, F f) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, f(load(a + i), load(b + i)));
+  if (i < n) {
+    float ba[W] = {}, bb[W] = {}, by[W];
+    std::memcpy(ba, a + i, size_t(n - i) * sizeof(float));
+    std::memcpy(bb, b + i, size_t(n - i) * sizeof(float));
+    store(by, f(load(ba), load(bb)));
+    std::memcpy(y + i, by, size_t(n - i) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void unary(Fn fn, const float* x, float* y, int64_t n, float param) {
+  switch (fn) {
+    case Fn::Exp: return map1(x, y, n, [](V v) { return exp(v); });
+    case Fn::Log: return map1(x, y, n, [](V v) { return log(v); });
+    case Fn::Log1p: return map1(x, y, n, [](V v) { return log1p(v); });
+    case Fn::Tanh: return map1(x, y, n, [](V v) { return tanh(v); });
+    case Fn::Sigmoid: return map1(x, y, n, [](V v) { return sigmoid(v); });
+    case Fn::GeluErf: return map1(x, y, n, [](V v) { return gelu_erf(v); });
+    case Fn::GeluTanh: return map1(x, y, n, [](V v) { return gelu_tanh(v); });
+    case Fn::Silu: return map1(x, y, n, [](V v) { return silu(v); });
+    case Fn::PowScalar: {
+      const V e = splat(param);
+      return map1(x, y, n, [e](V v) { return pow(v, e); });
+    }
+    default: return;
+  }
+}
+
+void binary(Fn fn, const float* a, const float* b, float* y, int64_t n) {
+  switch (fn) {
+    case Fn::Pow: return map2(a, b, y, n, [](V u, V v) { return pow(u, v); });
+    case Fn::GeluErfBackward: return map2(a, b, y, n, [](V g, V v) { return gelu_erf_backward(g, v); });
+    case Fn::GeluTanhBackward: return map2(a, b, y, n, [](V g, V v) { return gelu_tanh_backward(g, v); });
+    case Fn::SiluBackward: return map2(a, b, y, n, [](V g, V v) { return silu_backward(g, v); });
+    default: return;
+  }
+}
+
+}  // namespace ampgrad::cpu::vmath::AG_VMATH_NS
