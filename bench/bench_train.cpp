@@ -5,6 +5,8 @@
 // in [0, 10). train_step/cnn/ampgrad: nn::make_cnn() on the same data.
 // train_step/gpt/ampgrad: nn::GPT {vocab 96, block 64, layers 2, heads 4, width 128} on
 // int64 tokens [32, 64] with int64 targets [32, 64] (loss over B*T positions).
+// train_step/gpt_nanogpt/ampgrad: nn::gpt_preset("nanogpt") (6 layers, 6 heads, width 384,
+// context 256) with vocab 96 on tokens [8, 256].
 // Each case builds its model and optimizer, runs two untimed steps (AdamW state, allocator
 // and first-touch warm-up), then times steps. Wall-clock time (UseRealTime: the ops are
 // multi-threaded, threads from OMP_NUM_THREADS). The rate counter is "samples/s" (MLP,
@@ -33,6 +35,12 @@ namespace {
 constexpr int64_t kImageBatch = 128;
 constexpr int64_t kGptBatch = 32;
 const ag::nn::GPTConfig kGptConfig{.vocab_size = 96, .block_size = 64, .layers = 2, .heads = 4, .width = 128};
+constexpr int64_t kNanoGptBatch = 8;
+const ag::nn::GPTConfig kNanoGptConfig = [] {
+  ag::nn::GPTConfig c = ag::nn::gpt_preset("nanogpt");
+  c.vocab_size = 96;
+  return c;
+}();
 
 // Runs `step` twice untimed, then once per iteration; `items` samples (or tokens) per step.
 template <class Step>
@@ -67,14 +75,14 @@ void BM_train_image(benchmark::State& state, bool cnn) {
   }
 }
 
-void BM_train_gpt(benchmark::State& state) {
+void BM_train_gpt(benchmark::State& state, const ag::nn::GPTConfig& config, int64_t batch) {
   try {
     ag::EnableGradGuard grad;
     ag::manual_seed(0);
-    auto model = std::make_shared<ag::nn::GPT>(kGptConfig);
+    auto model = std::make_shared<ag::nn::GPT>(config);
     model->train();
     ag::optim::AdamW opt(model->parameters(), {.lr = 1e-3});
-    const int64_t B = kGptBatch, T = kGptConfig.block_size, V = kGptConfig.vocab_size;
+    const int64_t B = batch, T = config.block_size, V = config.vocab_size;
     const ag::Tensor idx = ag::randint(0, V, {B, T});
     const ag::Tensor target = ag::randint(0, V, {B, T});
     auto step = [&] {
@@ -164,7 +172,10 @@ BENCHMARK_CAPTURE(BM_hand_step, hand_f16, false, ag::kFloat16)->Name("lite_overh
 
 BENCHMARK_CAPTURE(BM_train_image, mlp, false)->Name("train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_image, cnn, true)->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK(BM_train_gpt)->Name("train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, small, kGptConfig, kGptBatch)
+    ->Name("train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch)
+    ->Name("train_step/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

@@ -12,8 +12,9 @@ reported. Threads: torch.set_num_threads(--threads). Prints one JSON object on s
 {model: samples_per_s} (tokens/s for gpt); version, threads and BLAS go to stderr (a line
 starting "torch "), then the runner and precision (a line starting "runner: ").
 
-Models: mlp (784-512-256-10) and cnn on [128, 1, 28, 28], gpt on 32 x 64 tokens (the
-default set, as before), and mlp1024 (784-1024-1024-10, batch 256, input [256, 784]; ask for
+Models: mlp (784-512-256-10) and cnn on [128, 1, 28, 28], gpt on 32 x 64 tokens,
+gpt_nanogpt (6 layers, 6 heads, width 384, context 256) on 8 x 256 tokens (the default set;
+attention is F.scaled_dot_product_attention(is_causal=True) where torch has it), and mlp1024 (784-1024-1024-10, batch 256, input [256, 784]; ask for
 it with --models).
 --precision 32-true (default: plain float32, the old behaviour) or bf16-mixed (CPU
 autocast: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16); zero_grad,
@@ -47,6 +48,12 @@ IMAGE_BATCH = 128
 MLP1024_BATCH = 256
 GPT_BATCH = 32
 GPT = dict(vocab_size=96, block_size=64, layers=2, heads=4, width=128)
+# nn::gpt_preset("nanogpt"): nanoGPT's Shakespeare character model.
+NANOGPT_BATCH = 8
+NANOGPT = dict(vocab_size=96, block_size=256, layers=6, heads=6, width=384)
+# torch >= 2.0 has the fused attention a PyTorch user calls today; torch 1.13 gets the
+# masked softmax.
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
 def make_mlp():
@@ -77,9 +84,13 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H, D = self.heads, C // self.heads
         q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
-        att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        if HAS_SDPA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, C)
         return self.proj(y)
 
 
@@ -148,15 +159,16 @@ def make_case(name, precision="32-true", fabric=None):
         y = torch.randint(0, 10, (MLP1024_BATCH,))
         forward_loss = lambda: F.cross_entropy(model(x), y)
         items = MLP1024_BATCH
-    elif name == "gpt":
-        model = GPTModel(**GPT)
-        V, T = GPT["vocab_size"], GPT["block_size"]
-        idx = torch.randint(0, V, (GPT_BATCH, T))
-        target = torch.randint(0, V, (GPT_BATCH, T))
+    elif name in ("gpt", "gpt_nanogpt"):
+        config, batch = (GPT, GPT_BATCH) if name == "gpt" else (NANOGPT, NANOGPT_BATCH)
+        model = GPTModel(**config)
+        V, T = config["vocab_size"], config["block_size"]
+        idx = torch.randint(0, V, (batch, T))
+        target = torch.randint(0, V, (batch, T))
         forward_loss = lambda: F.cross_entropy(model(idx).view(-1, V), target.view(-1))
-        items = GPT_BATCH * T
+        items = batch * T
     else:
-        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, mlp1024)")
+        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, gpt_nanogpt, mlp1024)")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
@@ -233,7 +245,8 @@ def blas_info():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: leave torch's)")
-    ap.add_argument("--models", default="mlp,cnn,gpt", help="comma-separated subset of mlp,cnn,gpt,mlp1024")
+    ap.add_argument("--models", default="mlp,cnn,gpt,gpt_nanogpt",
+                    help="comma-separated subset of mlp,cnn,gpt,gpt_nanogpt,mlp1024")
     ap.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true",
                     help="32-true: float32 (default); bf16-mixed: CPU bfloat16 autocast for forward and loss")
     ap.add_argument("--runner", choices=("torch", "fabric"), default="torch",

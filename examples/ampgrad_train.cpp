@@ -59,6 +59,7 @@ struct Options {
   std::string schedule = "cosine";
   bool quiet = false;
   // gpt
+  std::string preset = "small";
   int64_t layers = 2, heads = 4, width = 128, block_size = 64, steps_per_epoch = 200, sample_len = 200;
 };
 
@@ -143,6 +144,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_flag("--quiet", o.quiet, "print only the summary");
   app.add_option("--json", o.json, "write per-epoch figures to this file");
+  app.add_option("--preset", o.preset,
+                 "gpt: small (2 layers, 4 heads, width 128, context 64; default) or nanogpt (6, 6, 384, 256: "
+                 "nanoGPT's Shakespeare character model); --layers, --heads, --width, --block-size override it")
+      ->check(CLI::IsMember({"small", "nanogpt"}));
   app.add_option("--layers", o.layers, "gpt: transformer blocks")->check(CLI::PositiveNumber);
   app.add_option("--heads", o.heads, "gpt: attention heads")->check(CLI::PositiveNumber);
   app.add_option("--width", o.width, "gpt: embedding width")->check(CLI::PositiveNumber);
@@ -150,6 +155,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps-per-epoch", o.steps_per_epoch, "gpt: batches per epoch")->check(CLI::PositiveNumber);
   app.add_option("--sample-length", o.sample_len, "gpt: characters generated after training");
   CLI11_PARSE(app, argc, argv);
+  {  // the preset's sizes, where no option gave one
+    const ag::nn::GPTConfig p = ag::nn::gpt_preset(o.preset);
+    if (app.count("--layers") == 0) o.layers = p.layers;
+    if (app.count("--heads") == 0) o.heads = p.heads;
+    if (app.count("--width") == 0) o.width = p.width;
+    if (app.count("--block-size") == 0) o.block_size = p.block_size;
+  }
 
   try {
     if (o.threads > 0) omp_set_num_threads(o.threads);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ampgrad/autograd.h"
+#include "ampgrad/error.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/nn.h"
@@ -23,6 +24,12 @@ std::shared_ptr<Sequential> make_cnn() {
       std::make_shared<MaxPool2d>(2), std::make_shared<Conv2d>(32, 64, 3, Conv2dOptions{.padding = 1}),
       std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2), std::make_shared<Flatten>(),
       std::make_shared<Linear>(3136, 128), std::make_shared<ReLU>(), std::make_shared<Linear>(128, 10)});
+}
+
+GPTConfig gpt_preset(std::string_view name) {
+  if (name == "small") return GPTConfig{};
+  if (name == "nanogpt") return GPTConfig{.block_size = 256, .layers = 6, .heads = 6, .width = 384};
+  AG_ERROR("gpt_preset", "unknown preset '", name, "' (small, nanogpt)");
 }
 
 GPT::GPT(GPTConfig c) : Module("GPT"), config_(c) {

@@ -388,3 +388,28 @@ TEST(ModelsGpt, GenerateAtLowTemperatureIsGreedyOnTheLastBlock) {
   EXPECT_AG_ERROR(gpt.generate(prompt, n, -1.0), "[GPT::generate] temperature must be finite and non-negative (0: greedy), got -1");
   EXPECT_AG_ERROR(gpt.generate(prompt, -2), "[GPT::generate] the number of tokens to generate must be non-negative, got -2");
 }
+
+TEST(ModelsGptPreset, NanoGptIsTheShakespeareCharacterModel) {
+  const ag::nn::GPTConfig small = ag::nn::gpt_preset("small"), nano = ag::nn::gpt_preset("nanogpt");
+  const ag::nn::GPTConfig defaults;
+  EXPECT_EQ(small.layers, defaults.layers);
+  EXPECT_EQ(small.width, defaults.width);
+  EXPECT_EQ(small.block_size, defaults.block_size);
+  EXPECT_EQ(nano.layers, 6);
+  EXPECT_EQ(nano.heads, 6);
+  EXPECT_EQ(nano.width, 384);
+  EXPECT_EQ(nano.block_size, 256);
+  // With nanoGPT's 65-character Shakespeare vocabulary: per block 12 C^2 weights plus 13 C
+  // biases and norms; embeddings (65 + 256) x C, the final norm 2C, the head 65 C.
+  ag::nn::GPTConfig c = nano;
+  c.vocab_size = 65;
+  const int64_t C = 384;
+  const int64_t expected = 6 * (12 * C * C + 13 * C) + (65 + 256) * C + 2 * C + 65 * C;
+  EXPECT_EQ(ag::nn::GPT(c).num_parameters(), expected);
+  try {
+    ag::nn::gpt_preset("gpt2");
+    FAIL() << "expected an ag::Error";
+  } catch (const ag::Error& e) {
+    EXPECT_TRUE(agt::contains(e.what(), "[gpt_preset] unknown preset 'gpt2' (small, nanogpt)")) << e.what();
+  }
+}

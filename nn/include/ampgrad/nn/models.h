@@ -24,6 +24,15 @@ struct GPTConfig {
   double dropout = 0.0;
 };
 
+/// Named GPT sizes, for the trainer (--preset) and the benchmarks; vocab_size and dropout
+/// keep their defaults (the data set decides the vocabulary):
+///   "small":   2 layers, 4 heads, width 128, context 64 (the defaults; 0.4M parameters
+///              with a 96-character vocabulary)
+///   "nanogpt": 6 layers, 6 heads, width 384, context 256: nanoGPT's Shakespeare
+///              character model (10.7M parameters)
+/// Any other name throws an ag::Error that lists these.
+GPTConfig gpt_preset(std::string_view name);
+
 /// A character-level GPT: token and position embeddings, pre-norm transformer blocks, a
 /// final layer norm and a linear head. forward: int64 [B, T] -> logits [B, T, vocab].
 class GPT : public Module {
