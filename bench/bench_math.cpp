@@ -11,11 +11,19 @@
 // input that requires grad (a GPT-sized activation: batch 16, context 128, width 256), the
 // gradient dropped after each iteration: the per-op cost that issue 12 asks to report for
 // GELU and softmax, ampgrad against scalar math.
-// Wall-clock time (UseRealTime); threads from OMP_NUM_THREADS.
+// grain/<op>/1thread: a float32 add (bytes bound) or GELU (tens of cycles per element)
+// over 65536 elements on one thread, grad mode off; grain/omp_region/<t>threads: an empty
+// `#pragma omp parallel` region on t threads, the fixed cost of going parallel. Splitting n
+// elements of per-element cost c over 2 threads saves n c / 2 and costs the region, so a
+// loop should go parallel above n = 2 region / c: how kernels/cpu/parallel.h's grains were
+// picked (docs/architecture.md gives the figures).
+// Wall-clock time (UseRealTime); threads from OMP_NUM_THREADS, but the grain rows set theirs.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
 #include <ampgrad/ampgrad.h>
+
+#include <omp.h>
 
 #include <functional>
 #include <string>
@@ -99,6 +107,43 @@ AG_MATH_ROWS(silu)
 AG_FWD_BWD_ROWS(gelu)
 AG_FWD_BWD_ROWS(softmax)
 #undef AG_FWD_BWD_ROWS
+
+constexpr int64_t kGrainProbe = 65536;
+
+void BM_grain(benchmark::State& state, bool gelu) {
+  try {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(1);
+    ag::NoGradGuard no_grad;
+    const ag::Tensor a = ag::randn({kGrainProbe}), b = ag::randn({kGrainProbe});
+    for (auto _ : state) {
+      ag::Tensor y = gelu ? ag::gelu(a) : ag::add(a, b);
+      benchmark::DoNotOptimize(y.unsafe_impl());
+    }
+    omp_set_num_threads(before);
+    state.counters["ns/element"] = benchmark::Counter(double(kGrainProbe) * 1e-9,
+                                                      benchmark::Counter::kIsIterationInvariantRate |
+                                                          benchmark::Counter::kInvert);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void BM_omp_region(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  int sink = 0;
+  for (auto _ : state) {
+#pragma omp parallel num_threads(threads)
+    {
+      benchmark::DoNotOptimize(sink);
+    }
+  }
+}
+
+BENCHMARK_CAPTURE(BM_grain, add, false)->Name("grain/add/1thread")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_grain, gelu, true)->Name("grain/gelu/1thread")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK(BM_omp_region)->Name("grain/omp_region")->Arg(2)->ArgName("threads")->UseRealTime()
+    ->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 
 }  // namespace
 

@@ -96,7 +96,7 @@ void vmath_map(vmath::Fn fn, float param, const Tensor& out, const std::array<co
       run(buf[0], buf[K - 1], buf[0], m);
       store_acc<T, float>(buf[0], p[0] + i * s[0], s[0], m);
     }
-  }, kGrain / 8);
+  }, kMathGrain);
 }
 
 // Runs the vector math kernels for fn on a float32, bfloat16 or float16 output; false (and
