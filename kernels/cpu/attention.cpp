@@ -2,32 +2,36 @@
 // attention_backward (backend.h has their contract), FlashAttention-2's algorithm on tiles.
 //
 // One task per batch entry (a head), spread by parallel_for with grain 1 (each is big
-// work; entries under a megaflop are grouped). A task widens its q (times the scale: Qs), k and v into contiguous buffers of the
-// accumulation type A (float; double for float64 inputs) with load_acc, then:
+// work; entries under a megaflop are grouped). float32 and float64 operands are read in
+// place (any row stride); 16-bit ones are widened once per entry into float buffers with
+// load_acc. Everything is computed in A, float (double for float64). Then:
 //   forward   for each block of kBr queries, walks the blocks of kBc keys (stopping at the
 //             diagonal when causal) with a running max m, normaliser l and output
-//             accumulator per row (the online softmax): S = Qs K^T + mask (-inf where
+//             accumulator per row (the online softmax): S = scale q k^T + mask (-inf where
 //             causal hides a key), m' = max(m, rowmax S), P = exp(S - m'),
-//             l = l e^(m - m') + rowsum P, acc = acc e^(m - m') + dropout(P) V. Only one
+//             l = l e^(m - m') + rowsum P, acc = acc e^(m - m') + dropout(P) v. Only one
 //             [kBr, kBc] tile of scores exists at a time, whatever T is. The output is acc / l;
 //             lse = m + log l is saved per row, +inf for a row with no visible key (l = 0),
 //             whose output is 0 rather than 0/0.
 //   backward  recomputes each tile's probabilities from q, k and the saved lse,
 //             P = exp(S - lse) (0 on a row whose lse is +inf), and with D_i = rowsum(dO * O)
-//             (O the saved output): dV += dropout(P)^T dO, dP = dropout(dO V^T),
-//             dS = P * (dP - D_i), dQs += dS K, dK += dS^T Qs; dq = scale * dQs, and dK
-//             carries the scale through Qs. Key blocks are the outer loop, so a block's dK
-//             and dV stay in cache while the query blocks pass.
+//             (O the saved output): dv += dropout(P)^T dO, dP = dropout(dO v^T),
+//             dS = P * (dP - D_i), dq += scale dS k, dk += scale dS^T q. Key blocks are the
+//             outer loop, so a block's dk and dv stay in cache while the query blocks pass;
+//             dq, dk and dv of the entry accumulate in A and are written once.
 // The products are tile_gemm calls (gemm.h: oneDNN's sgemm for float in the oneDNN build);
-// the row work (max, exp_acc, sums) is written so that it vectorises. Dropout draws the keep
-// decision of probability (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both
-// directions (AttentionParams), so the backward regenerates the forward's mask and nothing
+// the row work (max, exp_acc, sums) is one always-inlined function compiled for AVX-512,
+// AVX2 and the baseline (see row_work). Dropout draws the keep decision of probability
+// (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
+// (AttentionParams), so the backward regenerates the forward's mask and nothing
 // [Tq, Tk]-sized is saved.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "ampgrad/hw/cpu.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
@@ -68,34 +72,51 @@ int64_t batch_offset(const Tensor& t, int64_t b) {
   return off;
 }
 
-// Batch entry b of t [batch..., R, C] (element type T, any strides) widened into dst
-// [R, C] (contiguous), times mul.
+// Rows of a matrix as the products read them: element (r, c) at p[r * ld + c].
+template <class A>
+struct Rows {
+  const A* p;
+  int64_t ld;
+};
+
+// Batch entry b of t [batch..., R, C] (element type T): read in place when T is already
+// the accumulation type and the rows are unit-stride and do not overlap (what BLAS takes),
+// else widened into buf with load_acc.
 template <class T, class A>
-void load_entry(const Tensor& t, int64_t b, A* dst, A mul) {
+Rows<A> entry_rows(const Tensor& t, int64_t b, std::vector<A>& buf) {
   const int64_t R = t.size(-2), C = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
-  const char* base = static_cast<const char*>(t.raw_data()) + batch_offset(t, b) * int64_t(sizeof(T));
-  for (int64_t r = 0; r < R; ++r) {
-    A* row = dst + r * C;
-    load_acc<T>(base + r * rs * int64_t(sizeof(T)), cs * int64_t(sizeof(T)), row, C);
-    if (mul != A(1))
-      for (int64_t c = 0; c < C; ++c) row[c] *= mul;
+  const T* base = static_cast<const T*>(t.raw_data()) + batch_offset(t, b);
+  if constexpr (std::is_same_v<T, A>) {
+    if ((cs == 1 || C <= 1) && rs >= std::max<int64_t>(C, 1)) return {base, rs};
   }
+  buf.resize(size_t(R * C));
+  for (int64_t r = 0; r < R; ++r)
+    load_acc<T>(reinterpret_cast<const char*>(base + r * rs), cs * int64_t(sizeof(T)), buf.data() + r * C, C);
+  return {buf.data(), std::max<int64_t>(C, 1)};
 }
 
-// What a task reads of one batch entry: its widened operands and its mask.
+// The per-thread buffers that entry_rows widens into (left empty for operands read in place).
+template <class A>
+struct Widened {
+  std::vector<A> q, k, v, go, o;
+};
+
+// What a task reads of one batch entry: its operands, its mask and the scale.
 template <class A>
 struct Entry {
-  const A *qs, *k, *v;  // [Tq, D] (times the scale), [Tk, D], [Tk, Dv]
-  const A* mask;        // element (i, j) at mask[i * mr + j * mc], or null
+  Rows<A> q, k, v;   // [Tq, D], [Tk, D], [Tk, Dv]
+  const A* mask;     // element (i, j) at mask[i * mr + j * mc], or null
   int64_t mr, mc;
+  A scale;
 };
 
 // The score tile s [rows, cols] (leading dim kBc) of queries i0.. and keys j0..:
-// Qs K^T + mask, and -inf where the causal rule hides key j from query i (j > i).
+// scale * q k^T + mask, and -inf where the causal rule hides key j from query i (j > i).
 template <class A>
 void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                 A* s) {
-  tile_gemm(false, true, rows, cols, d.D, A(1), e.qs + i0 * d.D, d.D, e.k + j0 * d.D, d.D, A(0), s, kBc);
+  tile_gemm(false, true, rows, cols, d.D, e.scale, e.q.p + i0 * e.q.ld, e.q.ld, e.k.p + j0 * e.k.ld, e.k.ld, A(0), s,
+            kBc);
   if (e.mask) {
     for (int64_t r = 0; r < rows; ++r) {
       const A* m = e.mask + (i0 + r) * e.mr + j0 * e.mc;
@@ -129,6 +150,124 @@ void dropout_tile(const AttentionParams& p, const Dims& d, int64_t b, int64_t i0
   }
 }
 
+// ---- the row work of a tile --------------------------------------------------------------
+// At these sizes the exps and sums of the tiles cost as much as the products (a score takes
+// 4 * D flops of product and one exp_acc). The library is built for baseline x86-64, so
+// this part is compiled for AVX-512 and for AVX2 + FMA too, by target attributes as in
+// core/src/convert.cpp, and run_rows picks one by cpuid: the one definition below is
+// inlined into each variant.
+
+// One step of the row work: its kind and the tile buffers it reads and writes.
+enum class RowStep { OnlineSoftmax, Probabilities, ScoreGrad };
+template <class A>
+struct RowArgs {
+  int64_t rows, cols;
+  A* s;           // the tile [rows, cols] (ld kBc): scores in; probabilities or dS out
+  const A* z;     // dropout factors (ld kBc) or null
+  A* m = nullptr;  // OnlineSoftmax: running max and normaliser per row,
+  A* l = nullptr;
+  A* acc = nullptr;  // and the output accumulator [rows, dv] to rescale
+  int64_t dv = 0;
+  const A* lse = nullptr;  // Probabilities: the saved log-sum-exp of each row
+  const A* p = nullptr;    // ScoreGrad: s holds dO V^T; p the probabilities, pd receives p * z,
+  A* pd = nullptr;
+  const A* di = nullptr;   // di the rows' rowsum(dO * O)
+};
+
+constexpr int kLanes = 16;  // a 512-bit vector of floats
+
+template <class A>
+[[gnu::always_inline]] inline void row_work(RowStep step, const RowArgs<A>& a) {
+  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+  for (int64_t r = 0; r < a.rows; ++r) {
+    A* row = a.s + r * kBc;
+    const A* zr = a.z ? a.z + r * kBc : nullptr;
+    switch (step) {
+      case RowStep::OnlineSoftmax: {
+        // The max and the sum run in kLanes independent lanes (combined in a fixed order),
+        // written out here rather than called from rows.h so that they are inlined into each
+        // ISA variant; NaN scores are skipped by the max and reach the sum.
+        A lane[kLanes];
+        for (int k = 0; k < kLanes; ++k) lane[k] = kNegInf;
+        int64_t c = 0;
+        for (; c + kLanes <= a.cols; c += kLanes)
+          for (int k = 0; k < kLanes; ++k) lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
+        A mx = kNegInf;
+        for (; c < a.cols; ++c) mx = row[c] > mx ? row[c] : mx;
+        for (int k = 0; k < kLanes; ++k) mx = lane[k] > mx ? lane[k] : mx;
+        const A m_old = a.m[r], m_new = mx > m_old ? mx : m_old;
+        // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
+        // would be NaN); its exps are 0 and its accumulator stays 0.
+        const A shift = m_new == kNegInf ? A(0) : m_new;
+        const A alpha = exp_acc(m_old - shift);
+        for (int k = 0; k < kLanes; ++k) lane[k] = 0;
+        for (c = 0; c + kLanes <= a.cols; c += kLanes)
+          for (int k = 0; k < kLanes; ++k) {
+            const A e = exp_acc(row[c + k] - shift);
+            row[c + k] = e;
+            lane[k] += e;
+          }
+        A sum = 0;
+        for (; c < a.cols; ++c) sum += (row[c] = exp_acc(row[c] - shift));
+        for (int k = 0; k < kLanes; k += 2) sum += lane[k] + lane[k + 1];
+        a.l[r] = a.l[r] * alpha + sum;
+        a.m[r] = m_new;
+        if (alpha != A(1)) {
+          A* acc = a.acc + r * a.dv;
+          for (int64_t c = 0; c < a.dv; ++c) acc[c] *= alpha;
+        }
+        if (zr)
+          for (int64_t c = 0; c < a.cols; ++c) row[c] *= zr[c];
+        break;
+      }
+      case RowStep::Probabilities: {
+        const A shift = a.lse[r];  // +inf on a row that sees no key: exp gives 0
+        for (int64_t c = 0; c < a.cols; ++c) row[c] = exp_acc(row[c] - shift);
+        if (zr) {
+          A* pd = a.pd + r * kBc;
+          for (int64_t c = 0; c < a.cols; ++c) pd[c] = row[c] * zr[c];
+        }
+        break;
+      }
+      case RowStep::ScoreGrad: {
+        const A* pr = a.p + r * kBc;
+        const A dr = a.di[r];
+        if (zr)
+          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] * zr[c] - dr);
+        else
+          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] - dr);
+        break;
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void row_work_avx512(RowStep step,
+                                                                                    const RowArgs<float>& a) {
+  row_work<float>(step, a);
+}
+__attribute__((target("avx2,fma"))) void row_work_avx2(RowStep step, const RowArgs<float>& a) {
+  row_work<float>(step, a);
+}
+#endif
+
+// The row work in the widest variant this CPU runs (float); double is compiled once.
+template <class A>
+void run_rows(RowStep step, const RowArgs<A>& a) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<A, float>) {
+    static const int isa = [] {
+      const hw::CpuFeatures& f = hw::cpu_features();
+      return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq ? 2 : f.avx2 && f.fma ? 1 : 0;
+    }();
+    if (isa == 2) return row_work_avx512(step, a);
+    if (isa == 1) return row_work_avx2(step, a);
+  }
+#endif
+  row_work<A>(step, a);
+}
+
 template <class A>
 const A* mask_of(const Tensor& mask, int64_t b) {
   return mask.defined() ? static_cast<const A*>(mask.raw_data()) + batch_offset(mask, b) : nullptr;
@@ -138,22 +277,19 @@ template <class T>
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
              const Tensor& out, const Tensor& lse, const Dims& d) {
   using A = acc_type_t<T>;
-  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   const bool drop = p.dropout_p > 0;
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   char* out_base = static_cast<char*>(out.raw_data());
   A* lse_base = static_cast<A*>(lse.raw_data());
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
-    std::vector<A> qs(size_t(d.Tq * d.D)), kb(size_t(d.Tk * d.D)), vb(size_t(d.Tk * d.Dv));
+    Widened<A> w;
     std::vector<A> s(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), acc(size_t(kBr * d.Dv)), m(kBr), l(kBr);
     for (int64_t b = b0; b < b1; ++b) {
-      load_entry<T>(q, b, qs.data(), A(p.scale));
-      load_entry<T>(k, b, kb.data(), A(1));
-      load_entry<T>(v, b, vb.data(), A(1));
-      const Entry<A> e{qs.data(), kb.data(), vb.data(), mask_of<A>(mask, b), mr, mc};
+      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
+                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kBr) {
         const int64_t rows = std::min(kBr, d.Tq - i0);
-        std::fill(m.begin(), m.end(), kNegInf);
+        std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
         std::fill(l.begin(), l.end(), A(0));
         std::fill(acc.begin(), acc.end(), A(0));
         const int64_t jend = p.causal ? std::min(d.Tk, i0 + rows) : d.Tk;
@@ -161,27 +297,14 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
           const int64_t cols = std::min(kBc, jend - j0);
           score_tile(e, d, p.causal, i0, rows, j0, cols, s.data());
           if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
-          for (int64_t r = 0; r < rows; ++r) {
-            A* row = s.data() + r * kBc;
-            const A mx = row_max(row, cols);
-            const A m_new = mx > m[size_t(r)] ? mx : m[size_t(r)];
-            // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
-            // would be NaN); its exps are 0 and its accumulator stays 0.
-            const A shift = m_new == kNegInf ? A(0) : m_new;
-            const A alpha = exp_acc(m[size_t(r)] - shift);
-            for (int64_t c = 0; c < cols; ++c) row[c] = exp_acc(row[c] - shift);
-            l[size_t(r)] = l[size_t(r)] * alpha + lane_sum<A>(cols, [&](int64_t c) { return row[c]; });
-            m[size_t(r)] = m_new;
-            if (alpha != A(1)) {
-              A* a = acc.data() + r * d.Dv;
-              for (int64_t c = 0; c < d.Dv; ++c) a[c] *= alpha;
-            }
-            if (drop) {
-              const A* zr = z.data() + r * kBc;
-              for (int64_t c = 0; c < cols; ++c) row[c] *= zr[c];
-            }
-          }
-          tile_gemm(false, false, rows, d.Dv, cols, A(1), s.data(), kBc, e.v + j0 * d.Dv, d.Dv, A(1), acc.data(), d.Dv);
+          RowArgs<A> ra{rows, cols, s.data(), drop ? z.data() : nullptr};
+          ra.m = m.data();
+          ra.l = l.data();
+          ra.acc = acc.data();
+          ra.dv = d.Dv;
+          run_rows(RowStep::OnlineSoftmax, ra);
+          tile_gemm(false, false, rows, d.Dv, cols, A(1), s.data(), kBc, e.v.p + j0 * e.v.ld, e.v.ld, A(1), acc.data(),
+                    d.Dv);
         }
         for (int64_t r = 0; r < rows; ++r) {
           // l == 0 only when no key was visible (a visible row has a term exp(0) = 1); a NaN
@@ -208,26 +331,22 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   const A* lse_base = static_cast<const A*>(lse.raw_data());
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
-    std::vector<A> qs(size_t(d.Tq * d.D)), kb(size_t(d.Tk * d.D)), vb(size_t(d.Tk * d.Dv));
-    std::vector<A> go(size_t(d.Tq * d.Dv)), o(size_t(d.Tq * d.Dv)), di(size_t(d.Tq));
-    std::vector<A> dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv));
+    Widened<A> w;
+    std::vector<A> di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv));
     std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
         pd(drop ? size_t(kBr * kBc) : 0);
     for (int64_t b = b0; b < b1; ++b) {
-      load_entry<T>(q, b, qs.data(), A(p.scale));
-      load_entry<T>(k, b, kb.data(), A(1));
-      load_entry<T>(v, b, vb.data(), A(1));
-      load_entry<T>(grad_out, b, go.data(), A(1));
-      load_entry<T>(out, b, o.data(), A(1));
+      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
+                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      const Rows<A> go = entry_rows<T>(grad_out, b, w.go), o = entry_rows<T>(out, b, w.o);
       for (int64_t i = 0; i < d.Tq; ++i) {
-        const A* gr = go.data() + i * d.Dv;
-        const A* orow = o.data() + i * d.Dv;
+        const A* gr = go.p + i * go.ld;
+        const A* orow = o.p + i * o.ld;
         di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return gr[c] * orow[c]; });
       }
       std::fill(dq.begin(), dq.end(), A(0));
       std::fill(dk.begin(), dk.end(), A(0));
       std::fill(dv.begin(), dv.end(), A(0));
-      const Entry<A> e{qs.data(), kb.data(), vb.data(), mask_of<A>(mask, b), mr, mc};
       const A* lse_b = lse_base + b * d.Tq;
       for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc) {
         const int64_t cols = std::min(kBc, d.Tk - j0);
@@ -235,38 +354,24 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
         for (int64_t i0 = p.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
           const int64_t rows = std::min(kBr, d.Tq - i0);
           score_tile(e, d, p.causal, i0, rows, j0, cols, pt.data());
-          for (int64_t r = 0; r < rows; ++r) {
-            A* row = pt.data() + r * kBc;
-            const A shift = lse_b[i0 + r];  // +inf on an empty row: exp gives 0
-            for (int64_t c = 0; c < cols; ++c) row[c] = exp_acc(row[c] - shift);
-          }
-          const A* dropped = pt.data();
-          if (drop) {
-            dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
-            for (int64_t r = 0; r < rows; ++r)
-              for (int64_t c = 0; c < cols; ++c) pd[size_t(r * kBc + c)] = pt[size_t(r * kBc + c)] * z[size_t(r * kBc + c)];
-            dropped = pd.data();
-          }
+          if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
+          RowArgs<A> ra{rows, cols, pt.data(), drop ? z.data() : nullptr};
+          ra.lse = lse_b + i0;
+          ra.pd = pd.data();
+          run_rows(RowStep::Probabilities, ra);  // P, and dropout(P) into pd
           // dV_j += dropout(P)^T dO_i; dP = dO_i V_j^T
-          tile_gemm(true, false, cols, d.Dv, rows, A(1), dropped, kBc, go.data() + i0 * d.Dv, d.Dv, A(1),
-                    dv.data() + j0 * d.Dv, d.Dv);
-          tile_gemm(false, true, rows, cols, d.Dv, A(1), go.data() + i0 * d.Dv, d.Dv, e.v + j0 * d.Dv, d.Dv, A(0),
+          tile_gemm(true, false, cols, d.Dv, rows, A(1), drop ? pd.data() : pt.data(), kBc, go.p + i0 * go.ld, go.ld,
+                    A(1), dv.data() + j0 * d.Dv, d.Dv);
+          tile_gemm(false, true, rows, cols, d.Dv, A(1), go.p + i0 * go.ld, go.ld, e.v.p + j0 * e.v.ld, e.v.ld, A(0),
                     ds.data(), kBc);
-          for (int64_t r = 0; r < rows; ++r) {
-            A* dsr = ds.data() + r * kBc;
-            const A* pr = pt.data() + r * kBc;
-            const A dr = di[size_t(i0 + r)];
-            if (drop) {
-              const A* zr = z.data() + r * kBc;
-              for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] * zr[c] - dr);
-            } else {
-              for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - dr);
-            }
-          }
-          // dQs_i += dS K_j; dK_j += dS^T Qs_i
-          tile_gemm(false, false, rows, d.D, cols, A(1), ds.data(), kBc, e.k + j0 * d.D, d.D, A(1),
+          RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
+          rg.p = pt.data();
+          rg.di = di.data() + i0;
+          run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
+          // dq_i += dS K_j (scaled when stored); dK_j += scale dS^T q_i
+          tile_gemm(false, false, rows, d.D, cols, A(1), ds.data(), kBc, e.k.p + j0 * e.k.ld, e.k.ld, A(1),
                     dq.data() + i0 * d.D, d.D);
-          tile_gemm(true, false, cols, d.D, rows, A(1), ds.data(), kBc, e.qs + i0 * d.D, d.D, A(1),
+          tile_gemm(true, false, cols, d.D, rows, e.scale, ds.data(), kBc, e.q.p + i0 * e.q.ld, e.q.ld, A(1),
                     dk.data() + j0 * d.D, d.D);
         }
       }
