@@ -1,8 +1,11 @@
 // Backend selection, and the defaults that a backend without an entry point inherits.
 #include "ampgrad/backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
+#include <vector>
 
 #include "internal.h"
 
@@ -164,9 +167,45 @@ Tensor transposed(const Tensor& t) {
   return detail::make_view(t, {t.size(0), C, R}, {R * C, 1, C}, t.storage_offset());
 }
 
-// Scores in the accumulation dtype: scale * q k^T, plus the mask, plus -inf above the
-// diagonal when causal (a [Tq, Tk] mask made on the host and copied once: no backend has an
-// iota entry).
+// The causal rule as an additive mask [Tq, Tk] on dev (0 where j <= i, -inf above): a view
+// of an [n, n] mask kept per device and dtype, since element (i, j) does not depend on the
+// size. No backend entry makes an index sequence, so the mask is written on the host and
+// copied (a blocking copy) only when n has to grow, doubling; outgrown masks are kept, never
+// freed, so a kernel still reading one on any stream is safe, and a steady state copies
+// nothing.
+Tensor causal_mask(Backend& be, Device dev, DType acc, int64_t Tq, int64_t Tk) {
+  struct Kept {
+    Device dev;
+    DType dtype;
+    Tensor mask;
+  };
+  static std::mutex mu;
+  static auto* kept = new std::vector<Kept>();  // never destroyed: device memory outlives exit order
+  std::lock_guard<std::mutex> lock(mu);
+  const int64_t need = std::max<int64_t>({Tq, Tk, 1});
+  const Kept* found = nullptr;
+  for (const Kept& k : *kept)
+    if (k.dev == dev && k.dtype == acc && k.mask.size(0) >= need) found = &k;
+  if (!found) {
+    int64_t n = 64;
+    while (n < need) n *= 2;
+    Tensor host = make_tensor({n, n}, acc, Device(kCPU));
+    const auto write = [&]<class A>() {  // acc is float32 or float64
+      A* h = static_cast<A*>(host.raw_data());
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) h[i * n + j] = j <= i ? A(0) : -std::numeric_limits<A>::infinity();
+    };
+    if (acc == kFloat64) write.operator()<double>();
+    else write.operator()<float>();
+    Tensor mask = make_tensor({n, n}, acc, dev);
+    be.copy_bytes(mask.raw_data(), dev, host.raw_data(), Device(kCPU), host.nbytes(), current_stream(dev), false);
+    kept->push_back({dev, acc, mask});
+    found = &kept->back();
+  }
+  return detail::make_view(found->mask, {Tq, Tk}, {found->mask.size(0), 1}, 0);
+}
+
+// Scores in the accumulation dtype: scale * q k^T, plus the mask, plus the causal mask.
 Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Tensor& mask,
                               const AttentionParams& p, const AttnDims& d, DType acc) {
   const Device dev = q3.device();
@@ -178,19 +217,7 @@ Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Te
     const Tensor s_full = detail::make_view(s, mask.sizes(), contiguous_strides(mask.sizes()), 0);
     be.binary(BinaryOp::Add, s_full, mask, s_full);
   }
-  if (p.causal) {
-    Tensor host = make_tensor({d.Tq, d.Tk}, acc, Device(kCPU));
-    const auto fill_causal = [&]<class A>() {  // acc is float32 or float64
-      A* h = static_cast<A*>(host.raw_data());
-      for (int64_t i = 0; i < d.Tq; ++i)
-        for (int64_t j = 0; j < d.Tk; ++j) h[i * d.Tk + j] = j <= i ? A(0) : -std::numeric_limits<A>::infinity();
-    };
-    if (acc == kFloat64) fill_causal.operator()<double>();
-    else fill_causal.operator()<float>();
-    Tensor causal = make_tensor({d.Tq, d.Tk}, acc, dev);
-    be.copy_bytes(causal.raw_data(), dev, host.raw_data(), Device(kCPU), host.nbytes(), current_stream(dev), false);
-    be.binary(BinaryOp::Add, s, detail::expand_raw(causal, {d.N, d.Tq, d.Tk}), s);
-  }
+  if (p.causal) be.binary(BinaryOp::Add, s, detail::expand_raw(causal_mask(be, dev, acc, d.Tq, d.Tk), s.sizes()), s);
   return s;
 }
 
