@@ -144,16 +144,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// The sizes of one attention call: N batch entries (the batch dims flattened), Tq queries,
-// Tk keys, head dims D (q, k) and Dv (v).
-struct AttnDims {
-  int64_t N = 1, Tq, Tk, D, Dv;
-  AttnDims(const Tensor& q, const Tensor& k, const Tensor& v)
-      : Tq(q.size(q.dim() - 2)), Tk(k.size(k.dim() - 2)), D(q.size(q.dim() - 1)), Dv(v.size(v.dim() - 1)) {
-    for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
-  }
-};
-
 // t [batch..., R, C] as a contiguous [N, R, C] tensor (a copy when t is not contiguous).
 Tensor batches(const Tensor& t, int64_t N) {
   const Tensor c = detail::contiguous_raw(t);
@@ -206,8 +196,8 @@ Tensor causal_mask(Backend& be, Device dev, DType acc, int64_t Tq, int64_t Tk) {
 }
 
 // Scores in the accumulation dtype: scale * q k^T, plus the mask, plus the causal mask.
-Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Tensor& mask,
-                              const AttentionParams& p, const AttnDims& d, DType acc) {
+Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Tensor& mask, const AttentionParams& p,
+                       const AttentionSizes& d, DType acc) {
   const Device dev = q3.device();
   Tensor s = make_tensor({d.N, d.Tq, d.Tk}, acc, dev);
   if (d.D == 0) be.fill(s, 0);
@@ -223,7 +213,7 @@ Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Te
 
 // The dropout factors of AttentionParams: 1 / (1 - p) where the float64 draw is below
 // 1 - p, else 0 (the same draws as the fused kernels'), in the accumulation dtype.
-Tensor composed_dropout(Backend& be, const AttentionParams& p, const AttnDims& d, DType acc, Device dev) {
+Tensor composed_dropout(Backend& be, const AttentionParams& p, const AttentionSizes& d, DType acc, Device dev) {
   Tensor u = make_tensor({d.N, d.Tq, d.Tk}, kFloat64, dev);
   be.uniform(u, 0, 1, p.seed, p.offset);
   Tensor keep = make_tensor(u.sizes(), kBool, dev);
@@ -243,7 +233,7 @@ void composed_bmm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& o
 
 void Backend::attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                  const AttentionParams& p, const Tensor& out, const Tensor& lse) {
-  const AttnDims d(q, k, v);
+  const AttentionSizes d(q, k, v);
   if (d.N == 0 || d.Tq == 0) return;
   const DType acc = lse.dtype();
   const Device dev = q.device();
@@ -280,7 +270,7 @@ void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& 
                                           const Tensor& v, const Tensor& mask, const Tensor& out,
                                           const Tensor& lse, const AttentionParams& p, const Tensor& grad_q,
                                           const Tensor& grad_k, const Tensor& grad_v) {
-  const AttnDims d(q, k, v);
+  const AttentionSizes d(q, k, v);
   if (d.N == 0) return;
   if (d.Tq == 0 || d.Tk == 0) {  // no score at all: the gradients that have elements are 0
     for (const Tensor* g : {&grad_q, &grad_k, &grad_v})

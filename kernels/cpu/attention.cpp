@@ -45,14 +45,9 @@ namespace {
 constexpr int64_t kBr = 64;  // queries per tile
 constexpr int64_t kBc = 64;  // keys per tile (the leading dimension of the score tiles)
 
-// The sizes of one call: N batch entries (the batch dims flattened row-major), Tq queries,
-// Tk keys, head dims D (q, k) and Dv (v).
-struct Dims {
-  int64_t N = 1, Tq, Tk, D, Dv;
-  Dims(const Tensor& q, const Tensor& k, const Tensor& v)
-      : Tq(q.size(-2)), Tk(k.size(-2)), D(q.size(-1)), Dv(v.size(-1)) {
-    for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
-  }
+// The sizes of one call (backend.h), and how many batch entries a parallel chunk takes.
+struct Dims : AttentionSizes {
+  using AttentionSizes::AttentionSizes;
   // Batch entries per parallel chunk: one, unless an entry is too small (under about a
   // megaflop) to repay waking another thread, as for conv_common's products.
   int64_t grain() const {

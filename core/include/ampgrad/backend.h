@@ -146,6 +146,16 @@ struct AttentionParams {
   uint64_t seed = 0, offset = 0;
 };
 
+/// The sizes of one attention call, q [batch..., Tq, D], k [batch..., Tk, D] and
+/// v [batch..., Tk, Dv]: N batch entries (the batch dims flattened row-major).
+struct AttentionSizes {
+  int64_t N = 1, Tq, Tk, D, Dv;
+  AttentionSizes(const Tensor& q, const Tensor& k, const Tensor& v)
+      : Tq(q.size(-2)), Tk(k.size(-2)), D(q.size(-1)), Dv(v.size(-1)) {
+    for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
