@@ -16,11 +16,17 @@
 // (class-index targets, Reduction::Mean, logits requiring grad, the gradient dropped after
 // each iteration): ours is the fused op (one kernel each way), its peer the composition it
 // replaced, log_softmax then nll_loss, in the same run.
+// attention/float32/<B>x<H>x<T>x<D>/*: one training-step use of causal self-attention,
+// forward and backward (q, k, v [B, H, T, D] requiring grad, a fixed output gradient, the
+// gradients dropped after each iteration): ours is the fused scaled_dot_product_attention
+// (one kernel each way), its peer the five ops it replaced in the GPT (matmul, scale,
+// where-mask, softmax, matmul), in the same run.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
 #include <ampgrad/ampgrad.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 
@@ -156,8 +162,48 @@ void BM_cross_entropy(benchmark::State& state, bool fused, int64_t n, int64_t c)
   }
 }
 
+void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int64_t T, int64_t D) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    const std::vector<int64_t> shape = {B, H, T, D};
+    const ag::Tensor q = ag::randn(shape).requires_grad_(true), k = ag::randn(shape).requires_grad_(true),
+                     v = ag::randn(shape).requires_grad_(true);
+    const ag::Tensor g = ag::randn(shape);
+    const ag::Tensor allowed = ag::ge(ag::arange(T).unsqueeze(1), ag::arange(T).unsqueeze(0));
+    const double scale = 1.0 / std::sqrt(double(D));
+    auto step = [&] {
+      ag::Tensor y;
+      if (fused) {
+        ag::AttentionOptions o;
+        o.is_causal = true;
+        y = ag::scaled_dot_product_attention(q, k, v, o);
+      } else {
+        const ag::Tensor att = ag::matmul(q, k.transpose(-2, -1)) * scale;
+        y = ag::matmul(ag::softmax(ag::where(allowed, att, -INFINITY), -1), v);
+      }
+      y.backward(g);
+      benchmark::DoNotOptimize(q.grad().raw_data());
+      for (const ag::Tensor* t : {&q, &k, &v}) t->set_grad(ag::Tensor());
+    };
+    step();  // warm the allocator's cache and oneDNN's primitives
+    for (auto _ : state) step();
+    state.counters["heads/s"] = benchmark::Counter(double(B * H), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_attention, fused_16x4x128x64, true, 16, 4, 128, 64)
+    ->Name("attention/float32/16x4x128x64/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, composed_16x4x128x64, false, 16, 4, 128, 64)
+    ->Name("attention/float32/16x4x128x64/composed")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, fused_16x6x256x64, true, 16, 6, 256, 64)
+    ->Name("attention/float32/16x6x256x64/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, composed_16x6x256x64, false, 16, 6, 256, 64)
+    ->Name("attention/float32/16x6x256x64/composed")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_cross_entropy, fused_2048x65, true, 2048, 65)
     ->Name("cross_entropy/float32/2048x65/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_2048x65, false, 2048, 65)

@@ -15,7 +15,7 @@ constexpr auto F = CastPolicy::Float32;
 constexpr auto P = CastPolicy::Promote;
 
 const std::vector<Row> kCuda = {
-    {"matmul", L}, {"linear", L}, {"feed_forward", L}, {"conv2d", L},
+    {"matmul", L}, {"linear", L}, {"feed_forward", L}, {"conv2d", L}, {"scaled_dot_product_attention", L},
     {"exp", F}, {"log", F}, {"log1p", F}, {"pow", F}, {"rsqrt", F}, {"reciprocal", F},
     {"softmax", F}, {"log_softmax", F}, {"layer_norm", F}, {"sum", F}, {"norm", F},
     {"logsumexp", F}, {"cross_entropy", F}, {"nll_loss", F}, {"mse_loss", F},
@@ -25,7 +25,7 @@ const std::vector<Row> kCuda = {
 };
 
 const std::vector<Row> kCpu = {
-    {"matmul", L}, {"linear", L}, {"feed_forward", L}, {"conv2d", L},
+    {"matmul", L}, {"linear", L}, {"feed_forward", L}, {"conv2d", L}, {"scaled_dot_product_attention", L},
     {"cross_entropy", F}, {"nll_loss", F}, {"mse_loss", F}, {"binary_cross_entropy_with_logits", F},
     {"cat", P}, {"stack", P},
 };

@@ -1,6 +1,12 @@
 // Backend selection, and the defaults that a backend without an entry point inherits.
 #include "ampgrad/backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <vector>
+
 #include "internal.h"
 
 namespace ampgrad {
@@ -77,6 +83,9 @@ void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, c
 void Backend::cross_entropy(const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
 void Backend::cross_entropy_backward(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
 
+void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, const Tensor&, const Tensor&) { AG_MISSING("scaled_dot_product_attention"); }
+void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("scaled_dot_product_attention"); }
+
 void Backend::sgd_step(const OptimizerLists&, const SgdParams&) { AG_MISSING("SGD"); }
 void Backend::adam_step(const OptimizerLists&, const AdamParams&) { AG_MISSING("Adam"); }
 void Backend::scale_and_check(const TensorList&, const Tensor&, const Tensor&) { AG_MISSING("scale_and_check"); }
@@ -127,6 +136,177 @@ void Backend::linear_act_backward_composed(const Tensor& g, const Tensor& next_w
   if (grad_bias.defined())
     reduce(ReduceOp::Sum, grad_pre, Shape{0}, detail::make_view(grad_bias, {1, N}, {N, 1}, grad_bias.storage_offset()),
            {});
+}
+
+// ---- attention, composed --------------------------------------------------------------
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// t [batch..., R, C] as a contiguous [N, R, C] tensor (a copy when t is not contiguous).
+Tensor batches(const Tensor& t, int64_t N) {
+  const Tensor c = detail::contiguous_raw(t);
+  const int64_t R = t.size(t.dim() - 2), C = t.size(t.dim() - 1);
+  return detail::make_view(c, {N, R, C}, {R * C, C, 1}, c.storage_offset());
+}
+
+// The transpose [N, C, R] of a contiguous [N, R, C] view, in place.
+Tensor transposed(const Tensor& t) {
+  const int64_t R = t.size(1), C = t.size(2);
+  return detail::make_view(t, {t.size(0), C, R}, {R * C, 1, C}, t.storage_offset());
+}
+
+// The causal rule as an additive mask [Tq, Tk] on dev (0 where j <= i, -inf above): a view
+// of an [n, n] mask kept per device and dtype, since element (i, j) does not depend on the
+// size. No backend entry makes an index sequence, so the mask is written on the host and
+// copied (a blocking copy) only when n has to grow, doubling; outgrown masks are kept, never
+// freed, so a kernel still reading one on any stream is safe, and a steady state copies
+// nothing.
+Tensor causal_mask(Backend& be, Device dev, DType acc, int64_t Tq, int64_t Tk) {
+  struct Kept {
+    Device dev;
+    DType dtype;
+    Tensor mask;
+  };
+  static std::mutex mu;
+  static auto* kept = new std::vector<Kept>();  // never destroyed: device memory outlives exit order
+  std::lock_guard<std::mutex> lock(mu);
+  const int64_t need = std::max<int64_t>({Tq, Tk, 1});
+  const Kept* found = nullptr;
+  for (const Kept& k : *kept)
+    if (k.dev == dev && k.dtype == acc && k.mask.size(0) >= need) found = &k;
+  if (!found) {
+    int64_t n = 64;
+    while (n < need) n *= 2;
+    Tensor host = make_tensor({n, n}, acc, Device(kCPU));
+    const auto write = [&]<class A>() {  // acc is float32 or float64
+      A* h = static_cast<A*>(host.raw_data());
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) h[i * n + j] = j <= i ? A(0) : -std::numeric_limits<A>::infinity();
+    };
+    if (acc == kFloat64) write.operator()<double>();
+    else write.operator()<float>();
+    Tensor mask = make_tensor({n, n}, acc, dev);
+    be.copy_bytes(mask.raw_data(), dev, host.raw_data(), Device(kCPU), host.nbytes(), current_stream(dev), false);
+    kept->push_back({dev, acc, mask});
+    found = &kept->back();
+  }
+  return detail::make_view(found->mask, {Tq, Tk}, {found->mask.size(0), 1}, 0);
+}
+
+// Scores in the accumulation dtype: scale * q k^T, plus the mask, plus the causal mask.
+Tensor composed_scores(Backend& be, const Tensor& q3, const Tensor& k3, const Tensor& mask, const AttentionParams& p,
+                       const AttentionSizes& d, DType acc) {
+  const Device dev = q3.device();
+  Tensor s = make_tensor({d.N, d.Tq, d.Tk}, acc, dev);
+  if (d.D == 0) be.fill(s, 0);
+  else be.matmul(q3, transposed(k3), s);
+  be.binary(BinaryOp::Mul, s, Operand::scalar(p.scale), s);
+  if (mask.defined()) {
+    const Tensor s_full = detail::make_view(s, mask.sizes(), contiguous_strides(mask.sizes()), 0);
+    be.binary(BinaryOp::Add, s_full, mask, s_full);
+  }
+  if (p.causal) be.binary(BinaryOp::Add, s, detail::expand_raw(causal_mask(be, dev, acc, d.Tq, d.Tk), s.sizes()), s);
+  return s;
+}
+
+// The dropout factors of AttentionParams: 1 / (1 - p) where the float64 draw is below
+// 1 - p, else 0 (the same draws as the fused kernels'), in the accumulation dtype.
+Tensor composed_dropout(Backend& be, const AttentionParams& p, const AttentionSizes& d, DType acc, Device dev) {
+  Tensor u = make_tensor({d.N, d.Tq, d.Tk}, kFloat64, dev);
+  be.uniform(u, 0, 1, p.seed, p.offset);
+  Tensor keep = make_tensor(u.sizes(), kBool, dev);
+  be.compare(CompareOp::Lt, u, Operand::scalar(1 - p.dropout_p), keep);
+  Tensor z = make_tensor(u.sizes(), acc, dev);
+  be.where(keep, Operand::scalar(1 / (1 - p.dropout_p)), Operand::scalar(0), z);
+  return z;
+}
+
+// out [N, M, Nc] = a [N, M, K] @ b [N, K, Nc], zeros when K == 0.
+void composed_bmm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (a.size(2) == 0) be.fill(out, 0);
+  else be.matmul(a, b, out);
+}
+
+}  // namespace
+
+void Backend::attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                 const AttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const AttentionSizes d(q, k, v);
+  if (d.N == 0 || d.Tq == 0) return;
+  const DType acc = lse.dtype();
+  const Device dev = q.device();
+  const Tensor lse3 = detail::make_view(lse, {d.N, d.Tq, 1}, {d.Tq, 1, 1}, lse.storage_offset());
+  const Tensor out3 = detail::make_view(out, {d.N, d.Tq, d.Dv}, {d.Tq * d.Dv, d.Dv, 1}, out.storage_offset());
+  if (d.Tk == 0) {  // no key at all: every row is empty
+    fill(out, 0);
+    fill(lse, kInf);
+    return;
+  }
+  const Tensor s = composed_scores(*this, batches(q, d.N), batches(k, d.N), mask, p, d, acc);
+  // lse = m + log(sum exp(s - m)) with the row max m; a row whose max is -inf has no
+  // visible key: it shifts by 0 (no NaN from -inf - -inf) and its lse becomes +inf.
+  Tensor m = make_tensor({d.N, d.Tq, 1}, acc, dev);
+  reduce(ReduceOp::Max, s, Shape{2}, m, {});
+  Tensor empty = make_tensor(m.sizes(), kBool, dev);
+  compare(CompareOp::Eq, m, Operand::scalar(-kInf), empty);
+  where(empty, Operand::scalar(0), m, m);
+  Tensor prob = make_tensor(s.sizes(), acc, dev);
+  binary(BinaryOp::Sub, s, detail::expand_raw(m, s.sizes()), prob);
+  unary(UnaryOp::Exp, prob, prob, {});
+  reduce(ReduceOp::Sum, prob, Shape{2}, lse3, {});
+  unary(UnaryOp::Log, lse3, lse3, {});
+  binary(BinaryOp::Add, lse3, m, lse3);
+  where(empty, Operand::scalar(kInf), lse3, lse3);
+  // p = exp(s - lse): exactly 0 on empty rows
+  binary(BinaryOp::Sub, s, detail::expand_raw(lse3, s.sizes()), prob);
+  unary(UnaryOp::Exp, prob, prob, {});
+  if (p.dropout_p > 0) binary(BinaryOp::Mul, prob, composed_dropout(*this, p, d, acc, dev), prob);
+  composed_bmm(*this, detail::cast_raw(prob, q.dtype()), batches(v, d.N), out3);
+}
+
+void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                          const Tensor& v, const Tensor& mask, const Tensor& out,
+                                          const Tensor& lse, const AttentionParams& p, const Tensor& grad_q,
+                                          const Tensor& grad_k, const Tensor& grad_v) {
+  const AttentionSizes d(q, k, v);
+  if (d.N == 0) return;
+  if (d.Tq == 0 || d.Tk == 0) {  // no score at all: the gradients that have elements are 0
+    for (const Tensor* g : {&grad_q, &grad_k, &grad_v})
+      if (g->defined()) fill(*g, 0);
+    return;
+  }
+  const DType acc = lse.dtype(), dt = q.dtype();
+  const Device dev = q.device();
+  const Tensor q3 = batches(q, d.N), k3 = batches(k, d.N), v3 = batches(v, d.N), go = batches(grad_out, d.N);
+  const Tensor lse3 = detail::make_view(lse, {d.N, d.Tq, 1}, {d.Tq, 1, 1}, lse.storage_offset());
+  const Tensor s = composed_scores(*this, q3, k3, mask, p, d, acc);
+  Tensor prob = make_tensor(s.sizes(), acc, dev);
+  binary(BinaryOp::Sub, s, detail::expand_raw(lse3, s.sizes()), prob);
+  unary(UnaryOp::Exp, prob, prob, {});
+  const Tensor z = p.dropout_p > 0 ? composed_dropout(*this, p, d, acc, dev) : Tensor();
+  auto view3 = [&](const Tensor& g, int64_t R, int64_t C) {
+    return detail::make_view(g, {d.N, R, C}, {R * C, C, 1}, g.storage_offset());
+  };
+  if (grad_v.defined()) {  // dv = dropped(p)^T @ dout
+    Tensor dropped = prob;
+    if (z.defined()) {
+      dropped = make_tensor(s.sizes(), acc, dev);
+      binary(BinaryOp::Mul, prob, z, dropped);
+    }
+    composed_bmm(*this, transposed(detail::cast_raw(dropped, dt)), go, view3(grad_v, d.Tk, d.Dv));
+  }
+  if (!grad_q.defined() && !grad_k.defined()) return;
+  // ds = scale * p * (dp - rowsum(p * dp)), dp = (dout @ v^T) * dropout: softmax's gradient
+  Tensor dp = make_tensor(s.sizes(), acc, dev), ds = make_tensor(s.sizes(), acc, dev);
+  composed_bmm(*this, go, transposed(v3), dp);
+  if (z.defined()) binary(BinaryOp::Mul, dp, z, dp);
+  softmax_backward(dp, prob, 2, false, ds);
+  binary(BinaryOp::Mul, ds, Operand::scalar(p.scale), ds);
+  const Tensor dst = detail::cast_raw(ds, dt);
+  if (grad_q.defined()) composed_bmm(*this, dst, k3, view3(grad_q, d.Tq, d.D));
+  if (grad_k.defined()) composed_bmm(*this, transposed(dst), q3, view3(grad_k, d.Tk, d.D));
 }
 
 }  // namespace ampgrad

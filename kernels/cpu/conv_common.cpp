@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
 #include "internal.h"
@@ -653,6 +654,41 @@ void pool_avg_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool
       });
     });
   });
+}
+
+// ---- small products for tiled kernels (gemm.h) ----------------------------------------
+
+namespace {
+
+template <class T>
+void tile_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                    const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  using namespace Eigen;
+  using Mat = Map<const Matrix<T, Dynamic, Dynamic, RowMajor>, 0, OuterStride<>>;
+  Map<Matrix<T, Dynamic, Dynamic, RowMajor>, 0, OuterStride<>> C(c, m, n, OuterStride<>(ldc));
+  if (beta == T(0)) C.setZero();
+  else if (beta != T(1)) C *= beta;
+  if (k == 0 || m == 0 || n == 0) return;
+  const Mat A(a, ta ? k : m, ta ? m : k, OuterStride<>(lda)), B(b, tb ? n : k, tb ? k : n, OuterStride<>(ldb));
+  if (ta && tb) C.noalias() += alpha * A.transpose() * B.transpose();
+  else if (ta) C.noalias() += alpha * A.transpose() * B;
+  else if (tb) C.noalias() += alpha * A * B.transpose();
+  else C.noalias() += alpha * A * B;
+}
+
+}  // namespace
+
+void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  tile_gemm_impl<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                     int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  tile_gemm_impl<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+               const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  tile_gemm_impl<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace ampgrad::cpu

@@ -1,7 +1,7 @@
 // The CPU backend: Eigen and oneDNN (or Eigen alone) plus vectorised loops over OpenMP.
 //
 // One class; each kernel family lives in its own file (elementwise.cpp, reduce.cpp,
-// norm.cpp, loss.cpp, index.cpp, random.cpp, and onednn_*.cpp or eigen_*.cpp for the products,
+// norm.cpp, loss.cpp, attention.cpp, index.cpp, random.cpp, and onednn_*.cpp or eigen_*.cpp for the products,
 // convolution and pooling, chosen by AMPGRAD_ONEDNN at configure time).
 #pragma once
 
@@ -90,6 +90,12 @@ class CpuBackend final : public Backend {
   void cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes, int64_t inner,
                               const Tensor& target, int64_t ignore_index, double label_smoothing,
                               const Tensor& lse, const Tensor& grad_x) override;
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
+                 const Tensor& out, const Tensor& lse) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override;
 
   void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
   void adam_step(const OptimizerLists& lists, const AdamParams& p) override;

@@ -5,6 +5,7 @@
 // run in parallel when there are enough of them, and float16/bfloat16 go through float32.
 #include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
 #include "internal.h"
 
 namespace ampgrad::cpu {
@@ -15,6 +16,10 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                               const Tensor& out, bool keep) {
   return linear_act_composed(x, weight, bias, act, out, keep);
+}
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  eigen_tile_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 }  // namespace ampgrad::cpu
 

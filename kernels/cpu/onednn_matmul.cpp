@@ -15,6 +15,7 @@
 // is rounded once to float16.
 #include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
 #include "cpu/onednn_cache.h"
 #include "internal.h"
 
@@ -149,6 +150,16 @@ Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tenso
   const LinearAsMatmul v(x, weight, out);
   run(v.a, v.w, bias, v.out, "linear", act);
   return Tensor();
+}
+
+// oneDNN's sgemm runs on one thread inside a parallel region. It fails only on arguments
+// that tile_gemm's contract excludes; should it ever refuse, Eigen computes the same product
+// (a kernel's parallel region cannot throw).
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc) != dnnl_success)
+    eigen_tile_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace ampgrad::cpu

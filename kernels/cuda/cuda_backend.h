@@ -4,9 +4,11 @@
 //
 // One class; each family lives in its own file: backend.cu (memory, streams, events,
 // errors), elementwise.cu (copy, fill, unary, binary, compare, where), random.cu,
-// index.cu, reduce.cu, norm.cu (softmax, layer norm), loss.cu (cross entropy), blas.cu (matmul, linear), conv.cu
-// (convolution through cuDNN, pooling), optim.cu (optimizers, grad scaler, clipping). The class declares every entry
-// of Backend, so an entry without a CUDA definition fails to link.
+// index.cu, reduce.cu, norm.cu (softmax, layer norm), loss.cu (cross entropy), attention.cu
+// (scaled dot-product attention, composed from the other entries), blas.cu (matmul,
+// linear), conv.cu (convolution through cuDNN, pooling), optim.cu (optimizers, grad scaler,
+// clipping). The class declares every entry of Backend, so an entry without a CUDA
+// definition fails to link.
 #pragma once
 
 #include "ampgrad/backend.h"
@@ -96,6 +98,12 @@ class CudaBackend final : public Backend {
   void cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes, int64_t inner,
                               const Tensor& target, int64_t ignore_index, double label_smoothing,
                               const Tensor& lse, const Tensor& grad_x) override;
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
+                 const Tensor& out, const Tensor& lse) override;
+  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p,
+                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override;
 
   void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
   void adam_step(const OptimizerLists& lists, const AdamParams& p) override;

@@ -111,11 +111,14 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   auto parts = qkv->forward(x).split(C, 2);
   auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };  // [B, H, T, D]
   Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(D)));
-  Tensor allowed = mask.narrow(0, 0, T).narrow(1, 0, T);
-  att = softmax(where(allowed, att, -INFINITY), -1);
-  att = attn_drop->forward(att);
-  Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, C});
+  // One fused op with the causal rule built in (the `mask` buffer is kept only so that
+  // state_dict keys and checkpoints stay as they were); attn_drop's probability drops
+  // attention probabilities in training mode, as the separate dropout op did.
+  AttentionOptions opts;
+  opts.is_causal = true;
+  opts.dropout_p = is_training() ? attn_drop->p : 0.0;
+  Tensor y = scaled_dot_product_attention(q, k, v, opts);
+  y = y.transpose(1, 2).reshape({B, T, C});
   return resid_drop->forward(proj->forward(y));
 }
 

@@ -102,6 +102,39 @@ TEST(Autocast, OpsUnderCpuBFloat16) {
   EXPECT_TRUE(agt::allclose(linear(x, w, b), by_hand, 0, 0));
 }
 
+// scaled_dot_product_attention's row: q, k, v and a float mask run in the lower precision
+// (PyTorch's lower_precision_fp list), a bool mask passes untouched, float64 is never cast,
+// and float32 leaves get float32 gradients through the casts.
+TEST(Autocast, AttentionRunsInLowerPrecision) {
+  manual_seed(3);
+  const Tensor q = randn({2, 3, 9, 8}).requires_grad_(), k = randn({2, 3, 11, 8}), v = randn({2, 3, 11, 4});
+  const Tensor fmask = randn({9, 11}), bmask = ge(rand({9, 11}), 0.3);
+  for (DType ad : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(ad));
+    for (const Tensor& mask : {fmask, bmask}) {
+      AttentionOptions o;
+      o.attn_mask = mask;
+      Tensor y, by_hand;
+      {
+        AutocastGuard g(kCPU, ad);
+        y = scaled_dot_product_attention(q, k, v, o);
+        AutocastGuard off(kCPU, false);
+        AttentionOptions h;
+        h.attn_mask = mask.dtype() == kBool ? mask : mask.to(ad);
+        by_hand = scaled_dot_product_attention(q.to(ad), k.to(ad), v.to(ad), h);
+      }
+      EXPECT_EQ(y.dtype(), ad);
+      EXPECT_TRUE(agt::allclose(y, by_hand, 0, 0));
+      q.set_grad(Tensor());
+      sum(y.to(kFloat32)).backward();
+      ASSERT_TRUE(q.grad().defined());
+      EXPECT_EQ(q.grad().dtype(), kFloat32);
+    }
+  }
+  AutocastGuard g(kCPU, kBFloat16);
+  EXPECT_EQ(scaled_dot_product_attention(q.to(kFloat64), k.to(kFloat64), v.to(kFloat64)).dtype(), kFloat64);
+}
+
 TEST(Autocast, GuardNestingExceptionsAndDisable) {
   EXPECT_FALSE(autocast::is_enabled(kCPU));
   EXPECT_EQ(autocast::get_dtype(kCPU), kBFloat16);

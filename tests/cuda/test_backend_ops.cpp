@@ -12,6 +12,7 @@
 // "not implemented" default.
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -100,6 +101,15 @@ Input ignored_in(std::vector<int64_t> shape, int64_t high) {
   std::vector<int64_t> v = randint(0, high, shape, kInt64).to_vector<int64_t>();
   for (size_t i = 0; i < v.size(); i += 3) v[i] = -100;
   return {from_vector<int64_t>(v, shape), false};
+}
+
+// An additive attention mask [Tq, Tk] in [-1, 1) with some -inf, and row 5 all -inf (a
+// query that sees no key).
+Tensor attention_mask(int64_t Tq, int64_t Tk) {
+  std::vector<double> v = agt::rand64({Tq, Tk}, -1, 1, false).to_vector<double>();
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < Tk; ++j) v[size_t(5 * Tk + j)] = -std::numeric_limits<double>::infinity();
+  return from_vector<double>(v, {Tq, Tk});
 }
 
 // ---- the cases ----------------------------------------------------------------------------
@@ -285,6 +295,26 @@ std::vector<Case> all_cases() {
                                      uniform_in({8, 24}), uniform_in({8}), uniform_in({5, 13})},
                                     dt, 8.0);
                }});
+  // scaled dot-product attention: the CPU's fused kernel against CUDA's composed form;
+  // causal with Tq != Tk, a float mask with a row that sees no key, and dropout (the same
+  // seed before the call on each device: both draw AttentionParams' mask)
+  c.push_back({"attention", {"attention", "attention_backward"}, kFloats, [](DType dt) {
+                 compare_backends("attention",
+                                  [](const TensorList& x) {
+                                    AttentionOptions causal, masked, dropping;
+                                    causal.is_causal = true;
+                                    masked.attn_mask = x[4];
+                                    dropping.is_causal = true;
+                                    dropping.dropout_p = 0.2;
+                                    manual_seed(17);
+                                    return TensorList{scaled_dot_product_attention(x[0], x[1], x[2], causal),
+                                                      scaled_dot_product_attention(x[3], x[1], x[2], masked),
+                                                      scaled_dot_product_attention(x[0], x[1], x[2], dropping)};
+                                  },
+                                  {uniform_in({2, 3, 19, 8}), uniform_in({2, 3, 70, 8}), uniform_in({2, 3, 70, 5}),
+                                   uniform_in({2, 3, 66, 8}), constant_in(attention_mask(66, 70))},
+                                  dt, 8.0);
+               }});
   // -- convolution and pooling
   c.push_back({"conv2d", {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"}, kFloats, [](DType dt) {
                  compare_backends("conv2d",
@@ -424,7 +454,8 @@ TEST(CudaHarness, CudaBackendDeclaresEveryEntry) {
         << "CudaBackend does not declare " << e;
   // Declared entries must be defined (the link fails otherwise) and must not fall back to
   // Backend's "not implemented" default.
-  for (const char* family : {"backend", "elementwise", "random", "index", "reduce", "norm", "loss", "blas", "conv", "optim"}) {
+  for (const char* family :
+       {"backend", "elementwise", "random", "index", "reduce", "norm", "loss", "attention", "blas", "conv", "optim"}) {
     const std::string src = read_source("kernels/cuda/" + std::string(family) + ".cu");
     EXPECT_FALSE(src.empty()) << "kernels/cuda/" << family << ".cu is missing";
     EXPECT_FALSE(std::regex_search(src, std::regex(R"((^|[^A-Za-z_])Backend::[a-z_0-9]+\()")))

@@ -276,6 +276,49 @@ void add_nn_cases(Sweep& s) {
   s.refuse("dropout", "p = 1.5", [x] { dropout(x, 1.5); });
   s.refuse("dropout", "p = NaN", [x] { dropout(x, std::numeric_limits<double>::quiet_NaN()); });
 
+  const Tensor aq = f32({2, 5, 4}), ak = f32({2, 6, 4}), av = f32({2, 6, 3});
+  auto sdpa = [](const Tensor& q, const Tensor& k, const Tensor& v, AttentionOptions o = {}) {
+    scaled_dot_product_attention(q, k, v, o);
+  };
+  s.refuse("scaled_dot_product_attention", "a key of head dim 5 for 4", [aq, av, sdpa] { sdpa(aq, f32({2, 6, 5}), av); });
+  s.refuse("scaled_dot_product_attention", "7 values for 6 keys", [aq, ak, sdpa] { sdpa(aq, ak, f32({2, 7, 3})); });
+  s.refuse("scaled_dot_product_attention", "other batch dims", [aq, sdpa] { sdpa(aq, f32({3, 6, 4}), f32({3, 6, 3})); });
+  s.refuse("scaled_dot_product_attention", "1-D inputs", [sdpa] { sdpa(f32({4}), f32({4}), f32({4})); });
+  s.refuse("scaled_dot_product_attention", "an undefined key", [aq, av, sdpa] { sdpa(aq, Tensor(), av); });
+  s.refuse("scaled_dot_product_attention", "int64 inputs", [sdpa] {
+    sdpa(zeros({2, 5, 4}, kInt64), zeros({2, 6, 4}, kInt64), zeros({2, 6, 3}, kInt64));
+  });
+  s.refuse("scaled_dot_product_attention", "a float64 key", [aq, ak, av, sdpa] { sdpa(aq, ak.to(kFloat64), av); });
+  s.refuse("scaled_dot_product_attention", "a [5, 5] mask for [2, 5, 6] scores", [aq, ak, av, sdpa] {
+    AttentionOptions o;
+    o.attn_mask = ones({5, 5}, kBool);
+    sdpa(aq, ak, av, o);
+  });
+  s.refuse("scaled_dot_product_attention", "an int64 mask", [aq, ak, av, sdpa] {
+    AttentionOptions o;
+    o.attn_mask = ones({5, 6}, kInt64);
+    sdpa(aq, ak, av, o);
+  });
+  s.refuse("scaled_dot_product_attention", "is_causal with a mask", [aq, ak, av, sdpa] {
+    AttentionOptions o;
+    o.is_causal = true;
+    o.attn_mask = ones({5, 6}, kBool);
+    sdpa(aq, ak, av, o);
+  });
+  for (double p : {-0.1, 1.0, std::numeric_limits<double>::quiet_NaN()})
+    s.refuse("scaled_dot_product_attention", "dropout_p " + std::to_string(p), [aq, ak, av, sdpa, p] {
+      AttentionOptions o;
+      o.dropout_p = p;
+      sdpa(aq, ak, av, o);
+    });
+  s.refuse("scaled_dot_product_attention", "an infinite scale", [aq, ak, av, sdpa] {
+    AttentionOptions o;
+    o.scale = std::numeric_limits<double>::infinity();
+    sdpa(aq, ak, av, o);
+  });
+  s.empty_ok("scaled_dot_product_attention", "no keys", [aq, sdpa] { sdpa(aq, f32({2, 0, 4}), f32({2, 0, 3})); });
+  s.empty_ok("scaled_dot_product_attention", "an empty batch", [sdpa] { sdpa(f32({0, 5, 4}), f32({0, 6, 4}), f32({0, 6, 3})); });
+
   const Tensor img = f32({1, 2, 5, 5}), k = f32({4, 2, 3, 3});
   s.refuse("conv2d", "a 2-D input", [k] { conv2d(f32({5, 5}), k); });
   s.refuse("conv2d", "a 5-D input", [k] { conv2d(f32({1, 1, 2, 5, 5}), k); });

@@ -131,6 +131,31 @@ struct ScaleUpdateRule {
   int64_t growth_interval = 2000;
 };
 
+/// The scalars of one scaled dot-product attention (the attention entries): scores are
+/// scale * q k^T plus the mask; with `causal`, key j is visible to query i only when j <= i
+/// (PyTorch's is_causal, aligned at the top left). With dropout_p > 0 each probability
+/// (b, i, j) of batch entry b (the batch dims flattened row-major) is kept when
+/// uniform01(Philox(seed, offset + (b * Tq + i) * Tk + j)) over 53 bits (kernels/philox.h,
+/// the float64 draw of Backend::uniform) is below 1 - dropout_p, and scaled by
+/// 1 / (1 - dropout_p); the caller reserves the N * Tq * Tk counters. The row's
+/// normaliser is taken before dropout, as in PyTorch.
+struct AttentionParams {
+  double scale = 1;
+  bool causal = false;
+  double dropout_p = 0;
+  uint64_t seed = 0, offset = 0;
+};
+
+/// The sizes of one attention call, q [batch..., Tq, D], k [batch..., Tk, D] and
+/// v [batch..., Tk, Dv]: N batch entries (the batch dims flattened row-major).
+struct AttentionSizes {
+  int64_t N = 1, Tq, Tk, D, Dv;
+  AttentionSizes(const Tensor& q, const Tensor& k, const Tensor& v)
+      : Tq(q.size(-2)), Tk(k.size(-2)), D(q.size(-1)), Dv(v.size(-1)) {
+    for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -316,6 +341,26 @@ class Backend {
                                       int64_t inner, const Tensor& target, int64_t ignore_index,
                                       double label_smoothing, const Tensor& lse, const Tensor& grad_x);
 
+  // ---- attention ---------------------------------------------------------------------
+  /// Scaled dot-product attention: out = softmax(scale * q k^T + mask) v per batch entry,
+  /// with AttentionParams' causal rule and dropout. q [batch..., Tq, D], k [batch..., Tk, D],
+  /// v [batch..., Tk, Dv] share one floating dtype and one batch shape, any strides. mask is
+  /// undefined or additive (-inf hides a key), in the accumulation dtype (float32; float64
+  /// for float64 inputs), broadcast to [batch..., Tq, Tk] (stride-0 dims). out
+  /// [batch..., Tq, Dv] (q's dtype) and lse [batch..., Tq] (accumulation dtype) are
+  /// contiguous; lse receives each row's log-sum-exp of the masked scores, or +inf for a row
+  /// with no visible key, whose output is 0. Computed in float32 (float64 for float64).
+  virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                         const AttentionParams& p, const Tensor& out, const Tensor& lse);
+  /// The gradients of attention from its saved out and lse (the probabilities are
+  /// exp(score - lse): 0 for a row with lse = +inf, so such a row's gradients are 0).
+  /// grad_out is shaped like out, in its dtype, any strides; grad_q, grad_k and grad_v are
+  /// contiguous, shaped like q, k and v, or undefined when that gradient is not wanted.
+  virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                  const AttentionParams& p, const Tensor& grad_q, const Tensor& grad_k,
+                                  const Tensor& grad_v);
+
   // ---- optimizers: one call steps every listed parameter (see OptimizerLists) --------------
   virtual void sgd_step(const OptimizerLists& lists, const SgdParams& p);
   virtual void adam_step(const OptimizerLists& lists, const AdamParams& p);
@@ -347,6 +392,16 @@ class Backend {
   void linear_act_backward_composed(const Tensor& g, const Tensor& next_weight, const Tensor& out,
                                     const Tensor& pre, Activation act, const Tensor& grad_pre,
                                     const Tensor& grad_bias);
+  // The two attention entries composed from this backend's own matmul, binary, unary,
+  // compare, where, reduce, softmax_backward, uniform and copies: the [N, Tq, Tk] scores
+  // and probabilities are materialised (float32; float64 for float64). What a backend
+  // without a fused kernel runs (CUDA); same contract and same dropout mask as the entries.
+  void attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                          const AttentionParams& p, const Tensor& out, const Tensor& lse);
+  void attention_backward_composed(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                   const AttentionParams& p, const Tensor& grad_q, const Tensor& grad_k,
+                                   const Tensor& grad_v);
 };
 
 /// The backend of a device type. `op` names the caller in the error raised when the device

@@ -2,6 +2,7 @@
 // pooling (NCHW). Products accumulate in float32 for float16/bfloat16 inputs.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "ampgrad/backend.h"
@@ -35,6 +36,39 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.
 Tensor dropout(const Tensor& x, double p, bool training = true);
+/// The options of scaled_dot_product_attention, as in PyTorch's F.scaled_dot_product_attention;
+/// written with designated initializers: `{.is_causal = true, .dropout_p = 0.1}`.
+struct AttentionOptions {
+  /// Query i sees key j only when j <= i (a lower-triangular mask aligned at the top left,
+  /// as PyTorch's is_causal). An error together with attn_mask.
+  bool is_causal = false;
+  /// Undefined, or broadcastable to [batch..., Tq, Tk]: bool (true: the query attends to
+  /// the key) or floating (added to the scores; -inf hides a key). It gets no gradient:
+  /// a mask that requires grad is refused while grad mode is on.
+  Tensor attn_mask;
+  /// Probability in [0, 1) of zeroing each attention probability (the rest are scaled by
+  /// 1 / (1 - dropout_p)). Applied whenever it is above 0, like PyTorch's functional form:
+  /// a module passes 0 in eval mode.
+  double dropout_p = 0.0;
+  /// The factor of q k^T; 1 / sqrt(D) when unset (1 for D = 0). Must be finite.
+  std::optional<double> scale;
+};
+
+/// softmax(q k^T * scale + mask) v over the last two dims: q [batch..., Tq, D],
+/// k [batch..., Tk, D], v [batch..., Tk, Dv] of one floating dtype and one batch shape
+/// (any number of batch dims, no broadcasting between them), giving [batch..., Tq, Dv].
+/// One op with one backward node, computed in float32 (float64 for float64 inputs). On the
+/// CPU it is one fused kernel each way (kernels/cpu/attention.cpp): tiles of keys with an
+/// online softmax, so no [Tq, Tk] matrix is materialised; it saves q, k, v, the output and
+/// a float32 log-sum-exp per query, and its backward recomputes the probabilities. CUDA
+/// runs the composed form (Backend::attention_composed).
+/// A query that sees no key at all (its mask row is all false or -inf) gets output 0 and
+/// gradient 0 (PyTorch's math form gives NaN there). Dropout draws from the seeded
+/// generator (manual_seed) once per call, N * Tq * Tk counters; the backward regenerates
+/// the same mask, and the CPU kernel and the composed form drop the same elements.
+/// Autocast runs it in the lower precision (float16/bfloat16), as PyTorch does.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& opts = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
               std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);

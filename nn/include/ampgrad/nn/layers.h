@@ -111,7 +111,9 @@ class Embedding : public Module {
   Tensor weight;  // [num, dim]
 };
 
-/// Multi-head self-attention with a causal mask (each position sees itself and the past).
+/// Multi-head self-attention with a causal mask (each position sees itself and the past),
+/// through the fused scaled_dot_product_attention with is_causal; `dropout` drops attention
+/// probabilities there (training mode only) and the projection's output (resid_drop).
 /// Input and output [batch, time, embed_dim]; time <= block_size.
 class CausalSelfAttention : public Module {
  public:
@@ -120,7 +122,10 @@ class CausalSelfAttention : public Module {
   int64_t embed_dim, num_heads, block_size;
   std::shared_ptr<Linear> qkv, proj;
   std::shared_ptr<Dropout> attn_drop, resid_drop;
-  Tensor mask;  // [block_size, block_size] bool buffer, true where attention is allowed
+  // [block_size, block_size] bool buffer, true where attention is allowed. forward no longer
+  // reads it (scaled_dot_product_attention applies the causal rule itself); it stays a
+  // buffer so that state_dict keys, and the checkpoints written with them, are unchanged.
+  Tensor mask;
 };
 
 /// A GPT-style pre-norm block: x + attn(ln1(x)), then x + mlp(ln2(x)) with a GELU MLP of

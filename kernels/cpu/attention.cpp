@@ -1,0 +1,408 @@
+// Scaled dot-product attention on the CPU: the Backend entries attention and
+// attention_backward (backend.h has their contract), FlashAttention-2's algorithm on tiles.
+//
+// One task per batch entry (a head), spread by parallel_for with grain 1 (each is big
+// work; entries under a megaflop are grouped). float32 and float64 operands are read in
+// place (any row stride); 16-bit ones are widened once per entry into float buffers with
+// load_acc. Everything is computed in A, float (double for float64). Then:
+//   forward   for each block of kBr queries, walks the blocks of kBc keys (stopping at the
+//             diagonal when causal) with a running max m, normaliser l and output
+//             accumulator per row (the online softmax): S = scale q k^T + mask (-inf where
+//             causal hides a key), m' = max(m, rowmax S), P = exp(S - m'),
+//             l = l e^(m - m') + rowsum P, acc = acc e^(m - m') + dropout(P) v. Only one
+//             [kBr, kBc] tile of scores exists at a time, whatever T is. The output is acc / l;
+//             lse = m + log l is saved per row, +inf for a row with no visible key (l = 0),
+//             whose output is 0 rather than 0/0.
+//   backward  recomputes each tile's probabilities from q, k and the saved lse,
+//             P = exp(S - lse) (0 on a row whose lse is +inf), and with D_i = rowsum(dO * O)
+//             (O the saved output): dv += dropout(P)^T dO, dP = dropout(dO v^T),
+//             dS = P * (dP - D_i), dq += scale dS k, dk += scale dS^T q. Key blocks are the
+//             outer loop, so a block's dk and dv stay in cache while the query blocks pass;
+//             dq, dk and dv of the entry accumulate in A and are written once.
+// The products are tile_gemm calls (gemm.h: oneDNN's sgemm for float in the oneDNN build);
+// the row work (max, exp_acc, sums) is one always-inlined function compiled for AVX-512,
+// AVX2 and the baseline (see row_work). Dropout draws the keep decision of probability
+// (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
+// (AttentionParams), so the backward regenerates the forward's mask and nothing
+// [Tq, Tk]-sized is saved.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "ampgrad/hw/cpu.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
+#include "cpu/parallel.h"
+#include "cpu/rows.h"
+#include "cpu/vec.h"
+#include "philox.h"
+
+namespace ampgrad::cpu {
+namespace {
+
+constexpr int64_t kBr = 64;  // queries per tile
+constexpr int64_t kBc = 64;  // keys per tile (the leading dimension of the score tiles)
+
+// The sizes of one call (backend.h), and how many batch entries a parallel chunk takes.
+struct Dims : AttentionSizes {
+  using AttentionSizes::AttentionSizes;
+  // Batch entries per parallel chunk: one, unless an entry is too small (under about a
+  // megaflop) to repay waking another thread, as for conv_common's products.
+  int64_t grain() const {
+    const int64_t flops = std::max<int64_t>(1, 2 * Tq * Tk * (D + Dv));
+    return std::max<int64_t>(1, (int64_t(1) << 20) / flops);
+  }
+};
+
+// Element offset of batch entry b in t [batch..., R, C] (any strides, 0 for broadcast dims).
+int64_t batch_offset(const Tensor& t, int64_t b) {
+  int64_t off = 0;
+  for (int64_t d = t.dim() - 3; d >= 0; --d) {
+    const int64_t s = t.size(d);
+    off += (b % s) * t.stride(d);
+    b /= s;
+  }
+  return off;
+}
+
+// Rows of a matrix as the products read them: element (r, c) at p[r * ld + c].
+template <class A>
+struct Rows {
+  const A* p;
+  int64_t ld;
+};
+
+// Batch entry b of t [batch..., R, C] (element type T): read in place when T is already
+// the accumulation type and the rows are unit-stride and do not overlap (what BLAS takes),
+// else widened into buf with load_acc.
+template <class T, class A>
+Rows<A> entry_rows(const Tensor& t, int64_t b, std::vector<A>& buf) {
+  const int64_t R = t.size(-2), C = t.size(-1), rs = t.stride(-2), cs = t.stride(-1);
+  const T* base = static_cast<const T*>(t.raw_data()) + batch_offset(t, b);
+  if constexpr (std::is_same_v<T, A>) {
+    if ((cs == 1 || C <= 1) && rs >= std::max<int64_t>(C, 1)) return {base, rs};
+  }
+  buf.resize(size_t(R * C));
+  for (int64_t r = 0; r < R; ++r)
+    load_acc<T>(reinterpret_cast<const char*>(base + r * rs), cs * int64_t(sizeof(T)), buf.data() + r * C, C);
+  return {buf.data(), std::max<int64_t>(C, 1)};
+}
+
+// The per-thread buffers that entry_rows widens into (left empty for operands read in place).
+template <class A>
+struct Widened {
+  std::vector<A> q, k, v, go, o;
+};
+
+// What a task reads of one batch entry: its operands, its mask and the scale.
+template <class A>
+struct Entry {
+  Rows<A> q, k, v;   // [Tq, D], [Tk, D], [Tk, Dv]
+  const A* mask;     // element (i, j) at mask[i * mr + j * mc], or null
+  int64_t mr, mc;
+  A scale;
+};
+
+// The score tile s [rows, cols] (leading dim kBc) of queries i0.. and keys j0..:
+// scale * q k^T + mask, and -inf where the causal rule hides key j from query i (j > i).
+template <class A>
+void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                A* s) {
+  tile_gemm(false, true, rows, cols, d.D, e.scale, e.q.p + i0 * e.q.ld, e.q.ld, e.k.p + j0 * e.k.ld, e.k.ld, A(0), s,
+            kBc);
+  if (e.mask) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const A* m = e.mask + (i0 + r) * e.mr + j0 * e.mc;
+      A* row = s + r * kBc;
+      if (e.mc == 1)
+        for (int64_t c = 0; c < cols; ++c) row[c] += m[c];
+      else
+        for (int64_t c = 0; c < cols; ++c) row[c] += m[c * e.mc];
+    }
+  }
+  if (causal && j0 + cols - 1 > i0) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = std::max<int64_t>(0, i0 + r + 1 - j0); c < cols; ++c)
+        s[r * kBc + c] = -std::numeric_limits<A>::infinity();
+  }
+}
+
+// z [rows, cols] (leading dim kBc): the dropout factor of each probability of the tile,
+// 1 / (1 - p) where the draw keeps it, else 0 (the rule of AttentionParams).
+template <class A>
+void dropout_tile(const AttentionParams& p, const Dims& d, int64_t b, int64_t i0, int64_t rows, int64_t j0,
+                  int64_t cols, A* z) {
+  const double keep = 1 - p.dropout_p;
+  const A kept = A(1 / keep);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t first = p.offset + uint64_t((b * d.Tq + i0 + r) * d.Tk + j0);
+    for (int64_t c = 0; c < cols; ++c) {
+      const kernels::Philox4x32 x(p.seed, first + uint64_t(c));
+      z[r * kBc + c] = kernels::uniform01(x.out[0], x.out[1]) < keep ? kept : A(0);
+    }
+  }
+}
+
+// ---- the row work of a tile --------------------------------------------------------------
+// At these sizes the exps and sums of the tiles cost as much as the products (a score takes
+// 4 * D flops of product and one exp_acc). The library is built for baseline x86-64, so
+// this part is compiled for AVX-512 and for AVX2 + FMA too, by target attributes as in
+// core/src/convert.cpp, and run_rows picks one by cpuid: the one definition below is
+// inlined into each variant.
+
+// One step of the row work: its kind and the tile buffers it reads and writes.
+enum class RowStep { OnlineSoftmax, Probabilities, ScoreGrad };
+template <class A>
+struct RowArgs {
+  int64_t rows, cols;
+  A* s;           // the tile [rows, cols] (ld kBc): scores in; probabilities or dS out
+  const A* z;     // dropout factors (ld kBc) or null
+  A* m = nullptr;  // OnlineSoftmax: running max and normaliser per row,
+  A* l = nullptr;
+  A* acc = nullptr;  // and the output accumulator [rows, dv] to rescale
+  int64_t dv = 0;
+  const A* lse = nullptr;  // Probabilities: the saved log-sum-exp of each row
+  const A* p = nullptr;    // ScoreGrad: s holds dO V^T; p the probabilities, pd receives p * z,
+  A* pd = nullptr;
+  const A* di = nullptr;   // di the rows' rowsum(dO * O)
+};
+
+constexpr int kLanes = 16;  // a 512-bit vector of floats
+
+template <class A>
+[[gnu::always_inline]] inline void row_work(RowStep step, const RowArgs<A>& a) {
+  constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+  for (int64_t r = 0; r < a.rows; ++r) {
+    A* row = a.s + r * kBc;
+    const A* zr = a.z ? a.z + r * kBc : nullptr;
+    switch (step) {
+      case RowStep::OnlineSoftmax: {
+        // The max and the sum run in kLanes independent lanes (combined in a fixed order),
+        // written out here rather than called from rows.h so that they are inlined into each
+        // ISA variant; NaN scores are skipped by the max and reach the sum.
+        A lane[kLanes];
+        for (int k = 0; k < kLanes; ++k) lane[k] = kNegInf;
+        int64_t c = 0;
+        for (; c + kLanes <= a.cols; c += kLanes)
+          for (int k = 0; k < kLanes; ++k) lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
+        A mx = kNegInf;
+        for (; c < a.cols; ++c) mx = row[c] > mx ? row[c] : mx;
+        for (int k = 0; k < kLanes; ++k) mx = lane[k] > mx ? lane[k] : mx;
+        const A m_old = a.m[r], m_new = mx > m_old ? mx : m_old;
+        // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
+        // would be NaN); its exps are 0 and its accumulator stays 0.
+        const A shift = m_new == kNegInf ? A(0) : m_new;
+        const A alpha = exp_acc(m_old - shift);
+        for (int k = 0; k < kLanes; ++k) lane[k] = 0;
+        for (c = 0; c + kLanes <= a.cols; c += kLanes)
+          for (int k = 0; k < kLanes; ++k) {
+            const A e = exp_acc(row[c + k] - shift);
+            row[c + k] = e;
+            lane[k] += e;
+          }
+        A sum = 0;
+        for (; c < a.cols; ++c) sum += (row[c] = exp_acc(row[c] - shift));
+        for (int k = 0; k < kLanes; k += 2) sum += lane[k] + lane[k + 1];
+        a.l[r] = a.l[r] * alpha + sum;
+        a.m[r] = m_new;
+        if (alpha != A(1)) {
+          A* acc = a.acc + r * a.dv;
+          for (int64_t c = 0; c < a.dv; ++c) acc[c] *= alpha;
+        }
+        if (zr)
+          for (int64_t c = 0; c < a.cols; ++c) row[c] *= zr[c];
+        break;
+      }
+      case RowStep::Probabilities: {
+        const A shift = a.lse[r];  // +inf on a row that sees no key: exp gives 0
+        for (int64_t c = 0; c < a.cols; ++c) row[c] = exp_acc(row[c] - shift);
+        if (zr) {
+          A* pd = a.pd + r * kBc;
+          for (int64_t c = 0; c < a.cols; ++c) pd[c] = row[c] * zr[c];
+        }
+        break;
+      }
+      case RowStep::ScoreGrad: {
+        const A* pr = a.p + r * kBc;
+        const A dr = a.di[r];
+        if (zr)
+          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] * zr[c] - dr);
+        else
+          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] - dr);
+        break;
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void row_work_avx512(RowStep step,
+                                                                                    const RowArgs<float>& a) {
+  row_work<float>(step, a);
+}
+__attribute__((target("avx2,fma"))) void row_work_avx2(RowStep step, const RowArgs<float>& a) {
+  row_work<float>(step, a);
+}
+#endif
+
+// The row work in the widest variant this CPU runs (float); double is compiled once.
+template <class A>
+void run_rows(RowStep step, const RowArgs<A>& a) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<A, float>) {
+    static const int isa = [] {
+      const hw::CpuFeatures& f = hw::cpu_features();
+      return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq ? 2 : f.avx2 && f.fma ? 1 : 0;
+    }();
+    if (isa == 2) return row_work_avx512(step, a);
+    if (isa == 1) return row_work_avx2(step, a);
+  }
+#endif
+  row_work<A>(step, a);
+}
+
+template <class A>
+const A* mask_of(const Tensor& mask, int64_t b) {
+  return mask.defined() ? static_cast<const A*>(mask.raw_data()) + batch_offset(mask, b) : nullptr;
+}
+
+template <class T>
+void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
+             const Tensor& out, const Tensor& lse, const Dims& d) {
+  using A = acc_type_t<T>;
+  const bool drop = p.dropout_p > 0;
+  const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
+  char* out_base = static_cast<char*>(out.raw_data());
+  A* lse_base = static_cast<A*>(lse.raw_data());
+  parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
+    Widened<A> w;
+    std::vector<A> s(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), acc(size_t(kBr * d.Dv)), m(kBr), l(kBr);
+    for (int64_t b = b0; b < b1; ++b) {
+      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
+                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      for (int64_t i0 = 0; i0 < d.Tq; i0 += kBr) {
+        const int64_t rows = std::min(kBr, d.Tq - i0);
+        std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
+        std::fill(l.begin(), l.end(), A(0));
+        std::fill(acc.begin(), acc.end(), A(0));
+        const int64_t jend = p.causal ? std::min(d.Tk, i0 + rows) : d.Tk;
+        for (int64_t j0 = 0; j0 < jend; j0 += kBc) {
+          const int64_t cols = std::min(kBc, jend - j0);
+          score_tile(e, d, p.causal, i0, rows, j0, cols, s.data());
+          if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
+          RowArgs<A> ra{rows, cols, s.data(), drop ? z.data() : nullptr};
+          ra.m = m.data();
+          ra.l = l.data();
+          ra.acc = acc.data();
+          ra.dv = d.Dv;
+          run_rows(RowStep::OnlineSoftmax, ra);
+          tile_gemm(false, false, rows, d.Dv, cols, A(1), s.data(), kBc, e.v.p + j0 * e.v.ld, e.v.ld, A(1), acc.data(),
+                    d.Dv);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          // l == 0 only when no key was visible (a visible row has a term exp(0) = 1); a NaN
+          // score makes l NaN, which flows into the output and lse.
+          const bool empty = l[size_t(r)] == A(0);
+          lse_base[b * d.Tq + i0 + r] = empty ? std::numeric_limits<A>::infinity() : m[size_t(r)] + std::log(l[size_t(r)]);
+          const A inv = empty ? A(0) : A(1) / l[size_t(r)];
+          A* a = acc.data() + r * d.Dv;
+          for (int64_t c = 0; c < d.Dv; ++c) a[c] *= inv;
+        }
+        store_acc<T>(acc.data(), out_base + (b * d.Tq + i0) * d.Dv * int64_t(sizeof(T)), int64_t(sizeof(T)),
+                     rows * d.Dv);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+              const Tensor& out, const Tensor& lse, const AttentionParams& p, const Tensor& grad_q,
+              const Tensor& grad_k, const Tensor& grad_v, const Dims& d) {
+  using A = acc_type_t<T>;
+  const bool drop = p.dropout_p > 0;
+  const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
+  const A* lse_base = static_cast<const A*>(lse.raw_data());
+  parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
+    Widened<A> w;
+    std::vector<A> di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv));
+    std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
+        pd(drop ? size_t(kBr * kBc) : 0);
+    for (int64_t b = b0; b < b1; ++b) {
+      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
+                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      const Rows<A> go = entry_rows<T>(grad_out, b, w.go), o = entry_rows<T>(out, b, w.o);
+      for (int64_t i = 0; i < d.Tq; ++i) {
+        const A* gr = go.p + i * go.ld;
+        const A* orow = o.p + i * o.ld;
+        di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return gr[c] * orow[c]; });
+      }
+      std::fill(dq.begin(), dq.end(), A(0));
+      std::fill(dk.begin(), dk.end(), A(0));
+      std::fill(dv.begin(), dv.end(), A(0));
+      const A* lse_b = lse_base + b * d.Tq;
+      for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc) {
+        const int64_t cols = std::min(kBc, d.Tk - j0);
+        // causal: query blocks that end before key j0 see none of this block's keys
+        for (int64_t i0 = p.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
+          const int64_t rows = std::min(kBr, d.Tq - i0);
+          score_tile(e, d, p.causal, i0, rows, j0, cols, pt.data());
+          if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
+          RowArgs<A> ra{rows, cols, pt.data(), drop ? z.data() : nullptr};
+          ra.lse = lse_b + i0;
+          ra.pd = pd.data();
+          run_rows(RowStep::Probabilities, ra);  // P, and dropout(P) into pd
+          // dV_j += dropout(P)^T dO_i; dP = dO_i V_j^T
+          tile_gemm(true, false, cols, d.Dv, rows, A(1), drop ? pd.data() : pt.data(), kBc, go.p + i0 * go.ld, go.ld,
+                    A(1), dv.data() + j0 * d.Dv, d.Dv);
+          tile_gemm(false, true, rows, cols, d.Dv, A(1), go.p + i0 * go.ld, go.ld, e.v.p + j0 * e.v.ld, e.v.ld, A(0),
+                    ds.data(), kBc);
+          RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
+          rg.p = pt.data();
+          rg.di = di.data() + i0;
+          run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
+          // dq_i += dS K_j (scaled when stored); dK_j += scale dS^T q_i
+          tile_gemm(false, false, rows, d.D, cols, A(1), ds.data(), kBc, e.k.p + j0 * e.k.ld, e.k.ld, A(1),
+                    dq.data() + i0 * d.D, d.D);
+          tile_gemm(true, false, cols, d.D, rows, e.scale, ds.data(), kBc, e.q.p + i0 * e.q.ld, e.q.ld, A(1),
+                    dk.data() + j0 * d.D, d.D);
+        }
+      }
+      const auto store = [&](const Tensor& g, std::vector<A>& buf, int64_t rows, int64_t cols, A mul) {
+        if (!g.defined()) return;
+        if (mul != A(1))
+          for (A& x : buf) x *= mul;
+        store_acc<T>(buf.data(), static_cast<char*>(g.raw_data()) + b * rows * cols * int64_t(sizeof(T)),
+                     int64_t(sizeof(T)), rows * cols);
+      };
+      store(grad_q, dq, d.Tq, d.D, A(p.scale));
+      store(grad_k, dk, d.Tk, d.D, A(1));
+      store(grad_v, dv, d.Tk, d.Dv, A(1));
+    }
+  });
+}
+
+}  // namespace
+
+void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                           const AttentionParams& p, const Tensor& out, const Tensor& lse) {
+  const Dims d(q, k, v);
+  if (d.N == 0 || d.Tq == 0) return;
+  dispatch_floating(q.dtype(), "scaled_dot_product_attention",
+                    [&]<class T>() { forward<T>(q, k, v, mask, p, out, lse, d); });
+}
+
+void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                    const AttentionParams& p, const Tensor& grad_q, const Tensor& grad_k,
+                                    const Tensor& grad_v) {
+  const Dims d(q, k, v);
+  if (d.N == 0) return;
+  dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<class T>() {
+    backward<T>(grad_out, q, k, v, mask, out, lse, p, grad_q, grad_k, grad_v, d);
+  });
+}
+
+}  // namespace ampgrad::cpu

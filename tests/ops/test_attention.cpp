@@ -1,0 +1,466 @@
+// scaled_dot_product_attention (ops/nn.h): values against float64 loops written out here
+// (causal, bool and float masks, Tq != Tk, Dv != D, lengths around and beyond the kernel's
+// 64-wide tiles), float64 gradchecks, the 16-bit dtypes against float64, rows that see no
+// key, dropout (reproducible, its keep rate, the documented Philox rule, the same mask in
+// backward), the error messages, Backend's composed form (what CUDA runs) against the CPU
+// kernel, and CausalSelfAttention against the five-op formula it replaced.
+#include "support/testing.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace ag;
+using TL = std::vector<Tensor>;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Tensor randf(const std::vector<int64_t>& shape, DType dt = kFloat32) { return rand(shape, dt) * 2.0 - 1.0; }
+
+std::vector<int64_t> scores_shape(const Tensor& q, const Tensor& k) {
+  std::vector<int64_t> s = q.sizes().vec();
+  s.back() = k.size(-2);
+  return s;
+}
+
+// The additive value of each score (0, -inf or the float mask's value), flattened over
+// [batch..., Tq, Tk]; zeros without a mask.
+std::vector<double> additive_values(const Tensor& mask, const std::vector<int64_t>& scores) {
+  int64_t n = 1;
+  for (int64_t s : scores) n *= s;
+  if (!mask.defined()) return std::vector<double>(size_t(n), 0.0);
+  std::vector<double> v = mask.expand(scores).contiguous().to(kFloat64).to_vector<double>();
+  if (mask.dtype() == kBool)
+    for (double& x : v) x = x != 0 ? 0.0 : -kInf;
+  return v;
+}
+
+// softmax(scale q k^T + mask) v in float64 loops over the flattened batch, with the causal
+// rule (key j visible to query i when j <= i) and, when given, a dropout factor per score;
+// a row that sees no key gives 0.
+Tensor ref_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                     double scale, const std::vector<double>& drop = {}) {
+  const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1), Dv = v.size(-1);
+  int64_t N = 1;
+  for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
+  const auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
+  const auto mv = additive_values(mask, scores_shape(q, k));
+  std::vector<double> out(size_t(N * Tq * Dv), 0.0), s(static_cast<size_t>(Tk), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < Tq; ++i) {
+      double mx = -kInf;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double dot = 0;
+        for (int64_t c = 0; c < D; ++c) dot += qv[size_t((n * Tq + i) * D + c)] * kv[size_t((n * Tk + j) * D + c)];
+        s[size_t(j)] = causal && j > i ? -kInf : scale * dot + mv[size_t((n * Tq + i) * Tk + j)];
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      if (mx == -kInf) continue;  // sees no key: 0
+      double z = 0;
+      for (int64_t j = 0; j < Tk; ++j) z += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
+      for (int64_t j = 0; j < Tk; ++j) {
+        const double p = s[size_t(j)] / z * (drop.empty() ? 1.0 : drop[size_t((n * Tq + i) * Tk + j)]);
+        for (int64_t c = 0; c < Dv; ++c) out[size_t((n * Tq + i) * Dv + c)] += p * vv[size_t((n * Tk + j) * Dv + c)];
+      }
+    }
+  std::vector<int64_t> shape = q.sizes().vec();
+  shape.back() = Dv;
+  return from_vector(out, shape);
+}
+
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false, const Tensor& mask = Tensor(),
+            double dropout_p = 0, std::optional<double> scale = std::nullopt) {
+  AttentionOptions o;
+  o.is_causal = causal;
+  o.attn_mask = mask;
+  o.dropout_p = dropout_p;
+  o.scale = scale;
+  return scaled_dot_product_attention(q, k, v, o);
+}
+
+// One problem of the sweeps: batch dims, lengths, head dims, and which mask.
+enum class MaskKind { None, Causal, Bool, Float };
+struct Problem {
+  std::vector<int64_t> batch;
+  int64_t Tq, Tk, D, Dv;
+  MaskKind mask;
+  std::string name() const {
+    const char* m[] = {"none", "causal", "bool", "float"};
+    return "Tq " + std::to_string(Tq) + " Tk " + std::to_string(Tk) + " D " + std::to_string(D) + " Dv " +
+           std::to_string(Dv) + " mask " + m[int(mask)];
+  }
+};
+
+std::vector<int64_t> with(std::vector<int64_t> batch, int64_t a, int64_t b) {
+  batch.push_back(a);
+  batch.push_back(b);
+  return batch;
+}
+
+// A mask of the problem's kind: bool [Tq, Tk] (broadcast over the batch) with about a
+// fifth hidden and each row keeping its first key, or float [last batch dim, Tq, Tk] with
+// values in [-2, 2) and some -inf.
+Tensor make_mask(const Problem& pb) {
+  if (pb.mask == MaskKind::Bool) {
+    Tensor keep = ge(rand({pb.Tq, pb.Tk}), 0.2);
+    std::vector<bool> first(size_t(pb.Tq * pb.Tk), false);
+    for (int64_t i = 0; i < pb.Tq; ++i) first[size_t(i * pb.Tk)] = true;
+    return logical_or(keep, from_vector<bool>(first, {pb.Tq, pb.Tk}));
+  }
+  if (pb.mask == MaskKind::Float) {
+    const int64_t h = pb.batch.empty() ? 1 : pb.batch.back();
+    Tensor m = randf({h, pb.Tq, pb.Tk}) * 2.0;
+    return where(ge(rand({h, pb.Tq, pb.Tk}), 0.1), m, -kInf);
+  }
+  return Tensor();
+}
+
+const std::vector<Problem>& problems() {
+  static const std::vector<Problem> ps = {
+      {{2, 3}, 5, 5, 4, 4, MaskKind::None},      {{2, 3}, 5, 5, 4, 4, MaskKind::Causal},
+      {{2}, 64, 64, 8, 8, MaskKind::Causal},      {{1, 2}, 65, 65, 8, 5, MaskKind::Causal},
+      {{2, 2}, 130, 130, 16, 16, MaskKind::Causal}, {{3}, 7, 19, 6, 3, MaskKind::None},
+      {{3}, 19, 7, 6, 9, MaskKind::Causal},       {{2}, 70, 200, 8, 8, MaskKind::Bool},
+      {{2, 2}, 33, 129, 5, 7, MaskKind::Float},   {{}, 1, 1, 3, 2, MaskKind::None},
+      {{2, 2}, 100, 64, 8, 4, MaskKind::Bool},    {{1}, 129, 3, 4, 4, MaskKind::Causal},
+  };
+  return ps;
+}
+
+TEST(Attention, MatchesFloat64LoopsAcrossShapesAndMasks) {
+  manual_seed(1);
+  for (const Problem& pb : problems()) {
+    SCOPED_TRACE(pb.name());
+    const Tensor q = randf(with(pb.batch, pb.Tq, pb.D), kFloat64), k = randf(with(pb.batch, pb.Tk, pb.D), kFloat64),
+                 v = randf(with(pb.batch, pb.Tk, pb.Dv), kFloat64);
+    const Tensor mask = make_mask(pb);
+    const bool causal = pb.mask == MaskKind::Causal;
+    const Tensor ref = ref_attention(q, k, v, mask, causal, 1 / std::sqrt(double(pb.D)));
+    const Tensor got = sdpa(q, k, v, causal, mask);
+    EXPECT_EQ(got.dtype(), kFloat64);
+    EXPECT_TRUE(agt::allclose(got, ref, 1e-10, 1e-12));
+    // float32 against the same float64 reference
+    const Tensor got32 = sdpa(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32), causal, mask);
+    EXPECT_EQ(got32.dtype(), kFloat32);
+    EXPECT_TRUE(agt::allclose(got32, ref, 1e-4, 1e-5));
+    // strided inputs give the same values
+    if (q.dim() >= 3)
+      EXPECT_TRUE(agt::allclose(sdpa(agt::non_contiguous(q), agt::non_contiguous(k), agt::non_contiguous(v), causal, mask),
+                                ref, 1e-10, 1e-12));
+  }
+}
+
+TEST(Attention, ScaleOptionAndGptLayoutViews) {
+  manual_seed(2);
+  const Tensor q = randf({2, 3, 9, 4}, kFloat64), k = randf({2, 3, 11, 4}, kFloat64), v = randf({2, 3, 11, 6}, kFloat64);
+  EXPECT_TRUE(agt::allclose(sdpa(q, k, v, false, Tensor(), 0, 0.3), ref_attention(q, k, v, Tensor(), false, 0.3), 1e-10, 1e-12));
+  EXPECT_TRUE(agt::allclose(sdpa(q, k, v, true, Tensor(), 0, -1.5), ref_attention(q, k, v, Tensor(), true, -1.5), 1e-10, 1e-12));
+  // The GPT's heads: views [B, H, T, D] of a [B, T, 3C] tensor (no unit batch strides).
+  const int64_t B = 2, T = 67, H = 4, D = 8, C = H * D;
+  const Tensor qkv = randf({B, T, 3 * C});
+  auto heads = [&](int64_t part) { return qkv.narrow(2, part * C, C).view({B, T, H, D}).transpose(1, 2); };
+  const Tensor hq = heads(0), hk = heads(1), hv = heads(2);
+  ASSERT_FALSE(hq.is_contiguous());
+  EXPECT_TRUE(agt::allclose(sdpa(hq, hk, hv, true),
+                            ref_attention(hq.contiguous(), hk.contiguous(), hv.contiguous(), Tensor(), true,
+                                          1 / std::sqrt(double(D))),
+                            1e-4, 1e-5));
+}
+
+TEST(Attention, GradcheckFloat64) {
+  manual_seed(3);
+  for (const Problem& pb : std::vector<Problem>{{{2}, 5, 5, 3, 3, MaskKind::Causal},
+                                                {{2, 1}, 4, 6, 3, 2, MaskKind::None},
+                                                {{1}, 6, 4, 2, 3, MaskKind::Causal},
+                                                {{2}, 5, 7, 3, 2, MaskKind::Bool},
+                                                {{2}, 6, 5, 2, 3, MaskKind::Float},
+                                                {{1}, 70, 70, 2, 2, MaskKind::Causal}}) {
+    SCOPED_TRACE(pb.name());
+    const Tensor q = agt::rand64(with(pb.batch, pb.Tq, pb.D)), k = agt::rand64(with(pb.batch, pb.Tk, pb.D)),
+                 v = agt::rand64(with(pb.batch, pb.Tk, pb.Dv));
+    const Tensor mask = make_mask(pb);
+    const bool causal = pb.mask == MaskKind::Causal;
+    EXPECT_TRUE(agt::gradcheck([&](const TL& in) { return sdpa(in[0], in[1], in[2], causal, mask); }, {q, k, v}));
+  }
+  // only some inputs requiring grad
+  const Tensor q = agt::rand64({2, 4, 3}), k = agt::rand64({2, 5, 3}, -1, 1, false), v = agt::rand64({2, 5, 2});
+  EXPECT_TRUE(agt::gradcheck([](const TL& in) { return sdpa(in[0], in[1], in[2], true); }, {q, k, v}));
+  EXPECT_FALSE(k.grad().defined());
+}
+
+TEST(Attention, DtypeGridAgainstFloat64) {
+  manual_seed(4);
+  const Problem pb{{2, 2}, 70, 70, 16, 16, MaskKind::Causal};
+  const Tensor q = randf(with(pb.batch, pb.Tq, pb.D), kFloat64), k = randf(with(pb.batch, pb.Tk, pb.D), kFloat64),
+               v = randf(with(pb.batch, pb.Tk, pb.Dv), kFloat64), w = randf(with(pb.batch, pb.Tq, pb.Dv), kFloat64);
+  auto run = [&](DType dt, bool causal, const Tensor& mask) {
+    TL in = {q.to(dt).detach().requires_grad_(), k.to(dt).detach().requires_grad_(), v.to(dt).detach().requires_grad_()};
+    const Tensor out = sdpa(in[0], in[1], in[2], causal, mask);
+    sum(out.to(kFloat64) * w).backward();
+    return TL{out, in[0].grad(), in[1].grad(), in[2].grad()};
+  };
+  const Tensor fmask = make_mask({{2}, 70, 70, 16, 16, MaskKind::Float});
+  for (const bool causal : {true, false}) {
+    const Tensor mask = causal ? Tensor() : fmask;
+    const TL ref = run(kFloat64, causal, mask);
+    for (DType dt : {kFloat32, kBFloat16, kFloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (causal ? " causal" : " float mask"));
+      const TL got = run(dt, causal, mask);
+      // 16-bit inputs are rounded before the float32 computation; gradients sum over 70 keys
+      const agt::Tol t = dt == kFloat32 ? agt::Tol{1e-4, 1e-5} : dt == kBFloat16 ? agt::Tol{0.05, 0.05} : agt::Tol{8e-3, 8e-3};
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].dtype(), dt) << "output " << i;
+        EXPECT_TRUE(agt::allclose(got[i], ref[i], t)) << "output " << i << " (0: out, 1-3: dq, dk, dv)";
+      }
+    }
+  }
+}
+
+TEST(Attention, RowsThatSeeNoKeyGiveZeroOutputAndGradient) {
+  manual_seed(5);
+  const int64_t Tq = 6, Tk = 70, D = 4;
+  std::vector<bool> allowed(size_t(Tq * Tk), true);
+  for (int64_t j = 0; j < Tk; ++j) allowed[size_t(2 * Tk + j)] = false;  // row 2 sees nothing
+  const Tensor bmask = from_vector<bool>(allowed, {Tq, Tk});
+  const Tensor fmask = where(bmask, full({Tq, Tk}, 0.5), -kInf);  // the same as a float mask
+  for (const Tensor& mask : {bmask, fmask})
+    for (DType dt : {kFloat64, kFloat32, kBFloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (mask.dtype() == kBool ? " bool" : " float"));
+      const Tensor q = randf({2, Tq, D}, dt).requires_grad_(), k = randf({2, Tk, D}, dt).requires_grad_(),
+                   v = randf({2, Tk, D}, dt).requires_grad_();
+      const Tensor out = sdpa(q, k, v, false, mask);
+      sum(out * randf({2, Tq, D}, dt)).backward();
+      EXPECT_TRUE(agt::allclose(out.narrow(1, 2, 1), zeros({2, 1, D}), 0, 0));
+      EXPECT_TRUE(agt::allclose(q.grad().narrow(1, 2, 1), zeros({2, 1, D}), 0, 0));
+      for (const Tensor& t : {out, q.grad(), k.grad(), v.grad()})
+        for (double x : t.to_vector<double>()) ASSERT_FALSE(std::isnan(x));
+      // the other rows are untouched by the empty one
+      EXPECT_TRUE(agt::allclose(out.to(kFloat64).narrow(1, 3, 3),
+                                ref_attention(q.to(kFloat64), k.to(kFloat64), v.to(kFloat64), mask, false, 0.5)
+                                    .narrow(1, 3, 3),
+                                agt::tol_for(dt)));
+    }
+  // no key at all (Tk = 0): every row is empty
+  const Tensor q = randf({2, 3, 4}).requires_grad_();
+  const Tensor out = sdpa(q, randf({2, 0, 4}), randf({2, 0, 5}));
+  EXPECT_TRUE(agt::allclose(out, zeros({2, 3, 5}), 0, 0));
+  sum(out).backward();
+  EXPECT_TRUE(agt::allclose(q.grad(), zeros({2, 3, 4}), 0, 0));
+  // empty batch and no queries
+  EXPECT_EQ(sdpa(randf({0, 3, 4}), randf({0, 5, 4}), randf({0, 5, 2})).sizes(), (std::vector<int64_t>{0, 3, 2}));
+  EXPECT_EQ(sdpa(randf({2, 0, 4}), randf({2, 5, 4}), randf({2, 5, 2}), true).sizes(), (std::vector<int64_t>{2, 0, 2}));
+}
+
+TEST(Attention, ErrorMessagesNameTheValues) {
+  const Tensor q = randf({2, 3, 5, 4}), k = randf({2, 3, 6, 4}), v = randf({2, 3, 6, 7});
+  EXPECT_AG_ERROR(sdpa(q, randf({2, 3, 6, 5}), v),
+                  "[scaled_dot_product_attention] key's last dim 5 must equal query's 4 (shapes [2, 3, 5, 4] and "
+                  "[2, 3, 6, 5])");
+  EXPECT_AG_ERROR(sdpa(q, k, randf({2, 3, 7, 7})), "value has 7 positions but key has 6");
+  EXPECT_AG_ERROR(sdpa(q, randf({2, 4, 6, 4}), randf({2, 4, 6, 7})), "must have the same batch dims, got shapes [2, 3, 5, 4], [2, 4, 6, 4]");
+  EXPECT_AG_ERROR(sdpa(q, randf({3, 6, 4}), v), "must have one rank of at least 2");
+  EXPECT_AG_ERROR(sdpa(randf({4}), randf({4}), randf({4})), "must have one rank of at least 2");
+  EXPECT_AG_ERROR(sdpa(q.to(kInt64), k.to(kInt64), v.to(kInt64)), "query must be floating, got int64");
+  EXPECT_AG_ERROR(sdpa(q, k.to(kFloat64), v), "query, key and value must share a dtype, got float32, float64 and float32");
+  EXPECT_AG_ERROR(sdpa(q, k, Tensor()), "value");
+  EXPECT_AG_ERROR(sdpa(q, k, v, true, ones({5, 6}, kBool)), "is_causal and attn_mask cannot both be set");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, ones({5, 5}, kBool)),
+                  "attn_mask of shape [5, 5] does not broadcast to the scores' shape [2, 3, 5, 6]");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, ones({4, 3, 5, 6}, kBool)), "does not broadcast to the scores' shape");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, ones({1, 2, 3, 5, 6}, kBool)), "does not broadcast");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, ones({5, 6}, kInt64)), "attn_mask must be bool or floating, got int64");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, zeros({5, 6}).requires_grad_()), "attn_mask requires grad");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, Tensor(), 1.0), "dropout_p must be in [0, 1), got 1");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, Tensor(), -0.25), "dropout_p must be in [0, 1), got -0.25");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, Tensor(), std::nan("")), "dropout_p must be in [0, 1), got nan");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, Tensor(), 0, kInf), "scale must be finite, got inf");
+  EXPECT_AG_ERROR(sdpa(q, k, v, false, Tensor(), 0, std::nan("")), "scale must be finite, got nan");
+  // a mask that requires grad is fine without grad mode, and a broadcastable one of lower rank
+  NoGradGuard no_grad;
+  EXPECT_EQ(sdpa(q, k, v, false, zeros({6}).requires_grad_()).sizes(), (std::vector<int64_t>{2, 3, 5, 7}));
+}
+
+TEST(Attention, DropoutIsReproducibleKeepsTheRightShareAndFollowsThePhiloxRule) {
+  // q = 0 makes every probability 1 / Tk, and v = I (Dv = Tk) puts probability (i, j) times
+  // its dropout factor at out[i, j]: the output shows the mask.
+  const int64_t N = 4, T = 80;
+  const double p = 0.3;
+  const Tensor q = zeros({N, T, 8}), k = randf({N, T, 8}), v = eye(T).expand({N, T, T});
+  manual_seed(11);
+  const auto state = generator_state();
+  const Tensor a = sdpa(q, k, v, false, Tensor(), p);
+  EXPECT_EQ(generator_state().second, state.second + uint64_t(N * T * T)) << "one counter per probability";
+  manual_seed(11);
+  EXPECT_TRUE(agt::allclose(sdpa(q, k, v, false, Tensor(), p), a, 0, 0)) << "same seed, same mask";
+  EXPECT_FALSE(agt::allclose(sdpa(q, k, v, false, Tensor(), p), a, 0, 0)) << "the next call draws anew";
+  const auto factors = (a * double(T)).to_vector<double>();
+  int64_t kept = 0;
+  for (double f : factors) {
+    EXPECT_TRUE(std::fabs(f) < 1e-6 || std::fabs(f - 1 / (1 - p)) < 1e-5) << f;
+    kept += f > 0.5;
+  }
+  const double share = double(kept) / double(factors.size());  // 25600 draws: sd 0.003
+  EXPECT_NEAR(share, 1 - p, 0.015);
+  // The documented rule: probability (b, i, j) is kept when the float64 uniform of counter
+  // offset + (b * Tq + i) * Tk + j is below 1 - p, which is rand's float64 draw.
+  set_generator_state(state.first, state.second);
+  const auto u = rand({N, T, T}, kFloat64).to_vector<double>();
+  for (size_t i = 0; i < u.size(); ++i) ASSERT_EQ(factors[i] > 0.5, u[i] < 1 - p) << "probability " << i;
+  // the values against the float64 loops with that mask
+  std::vector<double> z(u.size());
+  for (size_t i = 0; i < u.size(); ++i) z[i] = u[i] < 1 - p ? 1 / (1 - p) : 0.0;
+  const Tensor q2 = randf({N, T, 8});
+  set_generator_state(state.first, state.second);
+  EXPECT_TRUE(agt::allclose(sdpa(q2, k, v, true, Tensor(), p), ref_attention(q2, k, v, Tensor(), true, 1 / std::sqrt(8.0), z),
+                            1e-5, 1e-6));
+}
+
+TEST(Attention, DropoutBackwardUsesTheForwardMask) {
+  // The same seed before each call of f gives the same mask, so finite differences see one
+  // function; a backward with another mask would fail the check.
+  const Tensor q = agt::rand64({2, 70, 3}), k = agt::rand64({2, 70, 3}), v = agt::rand64({2, 70, 2});
+  EXPECT_TRUE(agt::gradcheck(
+      [](const TL& in) {
+        manual_seed(21);
+        return sdpa(in[0], in[1], in[2], true, Tensor(), 0.4);
+      },
+      {q, k, v}));
+}
+
+// A backend that runs Backend's composed attention (what CUDA runs) on the CPU's kernels.
+class ComposedCpu final : public Backend {
+ public:
+  DeviceType device_type() const override { return DeviceType::CPU; }
+  Allocation allocate(size_t n, Stream s) override { return cpu().allocate(n, s); }
+  void deallocate(void* p, size_t n, Stream s) override { cpu().deallocate(p, n, s); }
+  void copy_bytes(void* dst, Device dd, const void* src, Device sd, size_t n, Stream s, bool nb) override {
+    ++host_copies;
+    cpu().copy_bytes(dst, dd, src, sd, n, s, nb);
+  }
+  int host_copies = 0;  // the causal mask's copies
+  void copy(const Tensor& src, const Tensor& dst) override { cpu().copy(src, dst); }
+  void fill(const Tensor& dst, double value) override { cpu().fill(dst, value); }
+  void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override { cpu().unary(op, x, out, p); }
+  void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) override { cpu().binary(op, a, b, out); }
+  void compare(CompareOp op, const Operand& a, const Operand& b, const Tensor& out) override {
+    cpu().compare(op, a, b, out);
+  }
+  void where(const Tensor& c, const Operand& a, const Operand& b, const Tensor& out) override { cpu().where(c, a, b, out); }
+  void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out, ReduceParams p) override {
+    cpu().reduce(op, x, dims, out, p);
+  }
+  void uniform(const Tensor& out, double lo, double hi, uint64_t seed, uint64_t offset) override {
+    cpu().uniform(out, lo, hi, seed, offset);
+  }
+  void matmul(const Tensor& a, const Tensor& w, const Tensor& out) override { cpu().matmul(a, w, out); }
+  void softmax_backward(const Tensor& g, const Tensor& y, int64_t dim, bool log, const Tensor& gi) override {
+    cpu().softmax_backward(g, y, dim, log, gi);
+  }
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
+                 const Tensor& out, const Tensor& lse) override {
+    attention_composed(q, k, v, mask, p, out, lse);
+  }
+  void attention_backward(const Tensor& go, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                          const Tensor& out, const Tensor& lse, const AttentionParams& p, const Tensor& gq,
+                          const Tensor& gk, const Tensor& gv) override {
+    attention_backward_composed(go, q, k, v, mask, out, lse, p, gq, gk, gv);
+  }
+
+ private:
+  static Backend& cpu() { return cpu_backend(); }
+};
+
+TEST(Attention, ComposedFormMatchesTheCpuKernel) {
+  manual_seed(6);
+  ComposedCpu composed;
+  Backend& fused = cpu_backend();
+  const int64_t B = 2, H = 3, Tq = 70, Tk = 67, D = 8, Dv = 5;
+  // a float mask over [H, Tq, Tk] broadcast over B, with row 4 of head 1 hidden entirely
+  std::vector<double> mv = randf({H, Tq, Tk}, kFloat64).to_vector<double>();
+  for (int64_t j = 0; j < Tk; ++j) mv[size_t((1 * Tq + 4) * Tk + j)] = -kInf;
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    const DType acc = dt == kFloat64 ? kFloat64 : kFloat32;
+    const Tensor mask = from_vector(mv, {H, Tq, Tk}).to(acc).expand({B, H, Tq, Tk});
+    const Tensor q = randf({B, H, Tq, D}, dt), k = randf({B, H, Tk, D}, dt), v = randf({B, H, Tk, Dv}, dt),
+                 go = randf({B, H, Tq, Dv}, dt);
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: the mask; 1: causal; 2: causal with dropout
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " variant " + std::to_string(variant));
+      AttentionParams p;
+      p.scale = 0.35;
+      p.causal = variant > 0;
+      p.dropout_p = variant == 2 ? 0.25 : 0;
+      p.seed = 99;
+      p.offset = 12345;
+      const Tensor m = variant == 0 ? mask : Tensor();
+      TL res[2];
+      Backend* bes[2] = {&fused, &composed};
+      for (int i = 0; i < 2; ++i) {
+        Tensor out = empty({B, H, Tq, Dv}, dt), lse = empty({B, H, Tq}, acc);
+        Tensor gq = empty({B, H, Tq, D}, dt), gk = empty({B, H, Tk, D}, dt), gv = empty({B, H, Tk, Dv}, dt);
+        bes[i]->attention(q, k, v, m, p, out, lse);
+        bes[i]->attention_backward(go, q, k, v, m, out, lse, p, gq, gk, gv);
+        res[i] = {out, lse, gq, gk, gv};
+      }
+      const agt::Tol t = dt == kFloat64 ? agt::Tol{1e-10, 1e-12} : dt == kFloat32 ? agt::Tol{1e-4, 1e-5} : agt::Tol{0.03, 0.03};
+      for (size_t i = 0; i < res[0].size(); ++i)
+        EXPECT_TRUE(agt::allclose(res[1][i], res[0][i], t)) << "result " << i << " (out, lse, dq, dk, dv)";
+      if (variant == 0) EXPECT_EQ(res[1][1].narrow(1, 1, 1).narrow(2, 4, 1).to_vector<double>()[0], kInf);
+    }
+  }
+  // The causal mask is made once per device and dtype (and when a longer one is needed), so
+  // a steady state on an asynchronous device copies nothing from the host.
+  composed.host_copies = 0;
+  AttentionParams p;
+  p.causal = true;
+  const Tensor q = randf({1, 100, 4}), out = empty({1, 100, 4}), lse = empty({1, 100});
+  composed.attention(q, q, q, Tensor(), p, out, lse);
+  EXPECT_EQ(composed.host_copies, 0);
+}
+
+// CausalSelfAttention's former forward: matmul, scale, where-mask, softmax, (dropout), matmul.
+Tensor five_op_attention(nn::CausalSelfAttention& attn, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = attn.embed_dim, H = attn.num_heads, D = C / H;
+  auto parts = attn.qkv->forward(x).split(C, 2);
+  auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+  Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
+  Tensor att = matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(double(D)));
+  att = softmax(where(attn.mask.narrow(0, 0, T).narrow(1, 0, T), att, -kInf), -1);
+  Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, C});
+  return attn.proj->forward(y);
+}
+
+TEST(Attention, CausalSelfAttentionMatchesTheFiveOpFormula) {
+  manual_seed(7);
+  const int64_t B = 3, T = 70, C = 32, H = 4;
+  nn::CausalSelfAttention attn(C, H, 96);
+  const Tensor x = randf({B, T, C}).requires_grad_(), x2 = x.detach().requires_grad_();
+  const Tensor w = randf({B, T, C});
+  const Tensor y = attn.forward(x);
+  sum(y * w).backward();
+  const Tensor gw = attn.qkv->weight.grad().clone();
+  attn.zero_grad();
+  const Tensor y5 = five_op_attention(attn, x2);
+  sum(y5 * w).backward();
+  EXPECT_TRUE(agt::allclose(y, y5, 1e-5, 1e-6));
+  EXPECT_TRUE(agt::allclose(x.grad(), x2.grad(), 1e-4, 1e-6));
+  EXPECT_TRUE(agt::allclose(gw, attn.qkv->weight.grad(), 1e-4, 1e-6));
+  // the state_dict keys stay as they were: checkpoints still load
+  std::vector<std::string> keys;
+  for (const auto& kv : attn.state_dict()) keys.push_back(kv.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"mask", "proj.bias", "proj.weight", "qkv.bias", "qkv.weight"}));
+  // dropout: active in training mode only
+  nn::CausalSelfAttention dropping(C, H, 96, 0.5);
+  dropping.load_state_dict(attn.state_dict());
+  dropping.eval();
+  EXPECT_TRUE(agt::allclose(dropping.forward(x), y, 0, 0));
+  dropping.train();
+  manual_seed(8);
+  const Tensor d1 = dropping.forward(x);
+  manual_seed(8);
+  EXPECT_TRUE(agt::allclose(dropping.forward(x), d1, 0, 0));
+  EXPECT_FALSE(agt::allclose(d1, y, 1e-3, 1e-3));
+}
+
+}  // namespace
