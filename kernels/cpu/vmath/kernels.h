@@ -47,7 +47,38 @@ inline V log(V x) { return AG_SLEEF(log, u10)(x); }
 // SLEEF's log1p holds its 1 ulp up to 1e38; far below that log1p(x) and log(x) round alike.
 inline V log1p(V x) { return select(x > splat(1e30f), log(x), AG_SLEEF(log1p, u10)(x)); }
 inline V tanh(V x) { return AG_SLEEF(tanh, u10)(x); }
-inline V erfc(V x) { return AG_SLEEF(erfc, u15)(x); }
+// erfc(z) = e^(-z^2) P(t), t = 1 / (1 + 0.47 |z|), for z >= 0; 2 - erfc(-z) below 0. P is
+// a degree-11 polynomial fitted (Chebyshev nodes, weighted least squares in float64) to
+// erfc(z) e^(z^2) over [0, 10], past which erfc underflows: relative error 4e-8 with its
+// coefficients rounded to float. z^2 is split exactly into hi + lo (Dekker), so e^(-z^2) =
+// e^(-hi) (1 - lo) does not amplify the square's rounding. SLEEF's own erfcf (1.5 ulp)
+// costs twelve times its expf, and was the largest item of the GPT's training step.
+inline V erfc(V z) {
+  constexpr float kP[] = {0.03609233349561691f,  -0.22530852258205414f, 0.5677000880241394f,
+                          -0.6952030658721924f,  0.391875296831131f,    -0.15989181399345398f,
+                          0.14889253675937653f,  0.1689431369304657f,   0.23655128479003906f,
+                          0.26518699526786804f,  0.26516133546829224f,  4.3361580992495874e-07f};
+  const V a = vabs(z);
+  const M far = a > splat(10.0f);  // erfc(10) = 2e-45: 0 in float (and inf, NaN-free)
+  const V ac = select(far, splat(10.0f), a);
+  const V t = splat(1.0f) / (splat(1.0f) + splat(0.47f) * ac);
+  V p = splat(kP[0]);
+  for (int i = 1; i < 12; ++i) p = p * t + splat(kP[i]);
+  const V c = splat(4097.0f) * ac;  // Veltkamp: ac = ah + al, each with 12 significant bits
+  const V ah = c - (c - ac), al = ac - ah;
+  const V hi = ac * ac, lo = ((ah * ah - hi) + splat(2.0f) * ah * al) + al * al;
+  const V r = select(far, splat(0.0f), exp(-hi) * (splat(1.0f) - lo) * p);
+  // Near 0, 1 - erf(z) from erf's Taylor series (terms z^(2n+1) (-1)^n / (n! (2n+1)) up to
+  // n = 7, below 1e-9 relative for |z| < 0.5) has fewer roundings than the long P(t).
+  constexpr float kTaylor[] = {-1.0f / 75600, 1.0f / 9360, -1.0f / 1320, 1.0f / 216, -1.0f / 42, 1.0f / 10,
+                               -1.0f / 3, 1.0f};
+  const V z2 = z * z;
+  V q = splat(kTaylor[0]);
+  for (int i = 1; i < 8; ++i) q = q * z2 + splat(kTaylor[i]);
+  const V near = splat(1.0f) - splat(1.12837916709551257390f) * z * q;  // 2 / sqrt(pi)
+  const V out = select(z < splat(0.0f), splat(2.0f) - r, select(z != z, z, r));
+  return select(a < splat(0.5f), near, out);
+}
 inline V pow(V x, V e) { return AG_SLEEF(pow, u10)(x, e); }
 // 1 / (1 + e^-x) from e = e^-|x| <= 1: no overflow, and e / (1 + e) keeps the tiny values
 // of large negative x (down to the denormals) instead of flushing them to 0.
