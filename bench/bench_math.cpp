@@ -32,9 +32,20 @@ namespace {
 
 const std::vector<int64_t> kActivation{16, 128, 256};
 
-void select_math(const std::string& impl) {
-  ag::hw::set_vector_math_isa(impl == "scalar" ? "none" : ag::hw::best_vector_math_isa());
-}
+// Switches the vector math for one row and puts back what was active (AMPGRAD_VMATH's choice,
+// if set) when the row ends, also when it ends with an error.
+class MathFor {
+ public:
+  explicit MathFor(const std::string& impl) : before_(ag::hw::vector_math_isa()) {
+    ag::hw::set_vector_math_isa(impl == "scalar" ? "none" : ag::hw::best_vector_math_isa());
+  }
+  ~MathFor() { ag::hw::set_vector_math_isa(before_); }
+  MathFor(const MathFor&) = delete;
+  MathFor& operator=(const MathFor&) = delete;
+
+ private:
+  std::string before_;
+};
 
 void set_bytes(benchmark::State& state, int64_t n) {
   state.counters["GB/s"] =
@@ -43,7 +54,7 @@ void set_bytes(benchmark::State& state, int64_t n) {
 
 void BM_unary(benchmark::State& state, const std::function<ag::Tensor(const ag::Tensor&)>& op, std::string impl) {
   try {
-    select_math(impl);
+    const MathFor math(impl);
     ag::NoGradGuard no_grad;
     ag::manual_seed(0);
     const ag::Tensor x = ag::randn(kActivation) * 2.0;
@@ -52,7 +63,6 @@ void BM_unary(benchmark::State& state, const std::function<ag::Tensor(const ag::
       benchmark::DoNotOptimize(y.unsafe_impl());
     }
     set_bytes(state, x.numel());
-    select_math("ampgrad");
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -60,7 +70,7 @@ void BM_unary(benchmark::State& state, const std::function<ag::Tensor(const ag::
 
 void BM_fwd_bwd(benchmark::State& state, const std::function<ag::Tensor(const ag::Tensor&)>& op, std::string impl) {
   try {
-    select_math(impl);
+    const MathFor math(impl);
     ag::EnableGradGuard grad;
     ag::manual_seed(0);
     const ag::Tensor x = (ag::randn(kActivation) * 2.0).requires_grad_();
@@ -70,7 +80,6 @@ void BM_fwd_bwd(benchmark::State& state, const std::function<ag::Tensor(const ag
       y.backward(g);
       x.set_grad(ag::Tensor());
     }
-    select_math("ampgrad");
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
