@@ -273,6 +273,7 @@ TEST(RecordStream, BlockIsHeldUntilTheOtherStreamsEventsComplete) {
 
 TEST(MemoryStats, CountsExactly) {
   synchronize(kCPU);  // releases blocks held from before, which the next allocation would
+  empty_cache(kCPU);  // and this thread's small blocks, so that the first five are fresh
   const MemoryStats a = memory_stats(kCPU);
   EXPECT_EQ(a.system_allocations + a.cache_hits, a.allocations);
   {
@@ -280,13 +281,34 @@ TEST(MemoryStats, CountsExactly) {
     for (int i = 0; i < 5; ++i) ts.push_back(empty({3 + i}));
     const MemoryStats b = memory_stats(kCPU);
     EXPECT_EQ(b.allocations, a.allocations + 5);
-    EXPECT_EQ(b.system_allocations, a.system_allocations + 5);  // small blocks are never cached
+    EXPECT_EQ(b.system_allocations, a.system_allocations + 5);
     EXPECT_EQ(b.cache_hits, a.cache_hits);
     EXPECT_EQ(b.bytes_in_use, a.bytes_in_use + (3 + 4 + 5 + 6 + 7) * 4);
   }
   const MemoryStats c = memory_stats(kCPU);
   EXPECT_EQ(c.frees, a.frees + 5);
   EXPECT_EQ(c.bytes_in_use, a.bytes_in_use);
+  // Blocks of up to 4 KiB stay with the thread that freed them (64-byte classes): the
+  // same five again come from there.
+  EXPECT_EQ(c.bytes_cached, a.bytes_cached + 5 * 64);
+  {
+    std::vector<Tensor> ts;
+    for (int i = 0; i < 5; ++i) ts.push_back(empty({3 + i}));
+    const MemoryStats b = memory_stats(kCPU);
+    EXPECT_EQ(b.system_allocations, c.system_allocations);
+    EXPECT_EQ(b.cache_hits, c.cache_hits + 5);
+    EXPECT_EQ(b.bytes_cached, a.bytes_cached);
+  }
+  // Between 4 KiB and 64 KiB nothing is kept: each such block is a system allocation.
+  for (int i = 0; i < 2; ++i) {
+    const MemoryStats before = memory_stats(kCPU);
+    Tensor mid = empty({2048});  // 8 KiB
+    EXPECT_EQ(memory_stats(kCPU).system_allocations, before.system_allocations + 1);
+  }
+  // A block freed by a thread that has ended is not kept by anyone.
+  const MemoryStats t0 = memory_stats(kCPU);
+  std::thread([] { Tensor x = empty({4}); }).join();
+  EXPECT_EQ(memory_stats(kCPU).bytes_cached, t0.bytes_cached);
 
   // A big block goes to the cache when freed; the next one of its size comes from there:
   // an allocation, but not a system allocation.

@@ -23,7 +23,8 @@ struct MemoryStats {
   uint64_t bytes_in_use = 0;
 
   /// Of the allocations, those the backend served from blocks it kept from earlier frees
-  /// (the CPU keeps blocks of 64 KiB and more). CUDA's stream-ordered pools reuse memory
+  /// (the CPU keeps blocks of 64 KiB and more in one cache, and blocks of up to 4 KiB per
+  /// thread, at most 16 of each 64-byte size). CUDA's stream-ordered pools reuse memory
   /// inside the driver, unseen here, so on CUDA this stays 0.
   uint64_t cache_hits = 0;
   /// Of the allocations, those that asked the system for memory: allocations - cache_hits.
@@ -31,7 +32,8 @@ struct MemoryStats {
   /// The most bytes_in_use reached since the process started or reset_peak_memory_stats.
   uint64_t peak_bytes_in_use = 0;
   /// Bytes in freed blocks the backend keeps for reuse (in no storage; empty_cache returns
-  /// them to the system).
+  /// them to the system: on the CPU the large blocks and the calling thread's small ones;
+  /// another thread's small blocks go back when that thread ends).
   uint64_t bytes_cached = 0;
   /// Frees of storages used on other streams too (record_stream), which waited for an
   /// event on each of those streams before their block was released.

@@ -158,7 +158,9 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, const char*
   detail::check_defined(b, name, "other");
   const Device device = detail::common_device(a, b, name);
   const DType dt = arithmetic_dtype(promote_types(a.dtype(), b.dtype()), float_only, name);
-  const Shape shape = broadcast_shapes(a.sizes(), b.sizes(), name);
+  // Equal shapes (the common case) need no broadcast and no new shape vector.
+  Shape broadcast;
+  const Shape& shape = a.sizes() == b.sizes() ? a.sizes() : (broadcast = broadcast_shapes(a.sizes(), b.sizes(), name));
   Tensor out = make_tensor(shape, dt, device);
   Tensor ha, hb;
   backend(device, name).binary(op, operand_on(a, device, dt, shape, ha),
