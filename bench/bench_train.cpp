@@ -13,9 +13,11 @@
 // CNN) or "tokens/s" (GPT, B*T per step), also reported as items_per_second. No peer
 // lives here: bench/torch_train.py is the PyTorch side and scripts/bench-vs-torch prints
 // both; scripts/bench shows these rows against the fp32 throughput targets.
-// amp_train_step/{mlp,cnn}/ampgrad: the same step in bf16-mixed through ag::Lite (setup,
-// lite.backward, the wrapped optimizer's step): scripts/bench-amp-vs-peers puts it next to
-// PyTorch's CPU autocast and Lightning Fabric running the same loop.
+// amp_train_step/{mlp,cnn,gpt,gpt_nanogpt}/ampgrad: the same step in bf16-mixed through
+// ag::Lite (setup, lite.backward, the wrapped optimizer's step): scripts/bench-vs-torch puts
+// it next to PyTorch's CPU autocast and Lightning Fabric running the same loop.
+// Every training-step row reports flops_per_item, the model FLOPs per sample or token (see
+// mlp_flops below).
 // lite_overhead/{mlp,mlp16}/{ampgrad,hand_loop}: the Lite step against the same loop
 // written by hand with AutocastGuard (and, for 16-mixed, GradScaler): what the wrappers
 // cost (target: under 3%, ratio >= 0.97).
@@ -42,14 +44,34 @@ const ag::nn::GPTConfig kNanoGptConfig = [] {
   return c;
 }();
 
-// Runs `step` twice untimed, then once per iteration; `items` samples (or tokens) per step.
+// Model FLOPs of one training step per sample (MLP, CNN) or token (GPT): three times the
+// forward's multiply-adds counted as 2 FLOPs each (forward, input gradient, weight
+// gradient), the usual convention; the GPT's is nanoGPT's estimate_mfu, 6 per matmul
+// weight plus 12 * layers * width * context for attention (the full T x T scores, though
+// causal attention needs half). scripts/bench-vs-torch divides rate * FLOPs by raw
+// oneDNN's GEMM rate (bench_matmul) to show the distance to the hardware; the peers run the
+// same models, so the same count applies to them.
+double mlp_flops() { return 3.0 * 2 * (784 * 512 + 512 * 256 + 256 * 10); }
+double cnn_flops() {
+  const double conv1 = 2.0 * 32 * 1 * 9 * 28 * 28, conv2 = 2.0 * 64 * 32 * 9 * 14 * 14;
+  return 3.0 * (conv1 + conv2 + 2.0 * (3136 * 128 + 128 * 10));
+}
+double gpt_flops(const ag::nn::GPTConfig& c) {
+  const double L = double(c.layers), w = double(c.width);
+  const double weights = L * 12 * w * w + w * double(c.vocab_size);
+  return 6 * weights + 12 * L * w * double(c.block_size);
+}
+
+// Runs `step` twice untimed, then once per iteration; `items` samples (or tokens) per step,
+// `flops` model FLOPs per item (counter flops_per_item).
 template <class Step>
-void run_steps(benchmark::State& state, Step&& step, int64_t items, const char* counter) {
+void run_steps(benchmark::State& state, Step&& step, int64_t items, const char* counter, double flops) {
   step();
   step();
   for (auto _ : state) step();
   state.SetItemsProcessed(int64_t(state.iterations()) * items);
   state.counters[counter] = benchmark::Counter(double(items), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["flops_per_item"] = flops;
 }
 
 void BM_train_image(benchmark::State& state, bool cnn) {
@@ -69,7 +91,7 @@ void BM_train_image(benchmark::State& state, bool cnn) {
       opt.step();
       benchmark::DoNotOptimize(loss.unsafe_impl());
     };
-    run_steps(state, step, kImageBatch, "samples/s");
+    run_steps(state, step, kImageBatch, "samples/s", cnn ? cnn_flops() : mlp_flops());
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -93,7 +115,7 @@ void BM_train_gpt(benchmark::State& state, const ag::nn::GPTConfig& config, int6
       opt.step();
       benchmark::DoNotOptimize(loss.unsafe_impl());
     };
-    run_steps(state, step, B * T, "tokens/s");
+    run_steps(state, step, B * T, "tokens/s", gpt_flops(config));
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -123,7 +145,7 @@ void BM_lite_step(benchmark::State& state, bool cnn, const char* precision) {
       benchmark::DoNotOptimize(loss.unsafe_impl());
     };
     const uint64_t syncs = ag::host_sync_count();
-    run_steps(state, step, kImageBatch, "samples/s");
+    run_steps(state, step, kImageBatch, "samples/s", cnn ? cnn_flops() : mlp_flops());
     // host syncs per step (the two warm-up steps included): the target is 0
     state.counters["host_syncs/step"] = double(ag::host_sync_count() - syncs) / double(state.iterations() + 2);
   } catch (const ag::Error& e) {
@@ -155,7 +177,35 @@ void BM_hand_step(benchmark::State& state, bool cnn, ag::DType dtype) {
       scaler.update();
       benchmark::DoNotOptimize(loss.unsafe_impl());
     };
-    run_steps(state, step, kImageBatch, "samples/s");
+    run_steps(state, step, kImageBatch, "samples/s", cnn ? cnn_flops() : mlp_flops());
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// The GPT step in bf16-mixed through Lite, as BM_lite_step.
+void BM_lite_gpt(benchmark::State& state, const ag::nn::GPTConfig& config, int64_t batch) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    auto net = std::make_shared<ag::nn::GPT>(config);
+    net->train();
+    ag::optim::AdamW adamw(net->parameters(), {.lr = 1e-3});
+    ag::Lite lite({.accelerator = "cpu", .precision = "bf16-mixed"});
+    auto [model, opt] = lite.setup(net, adamw);
+    const int64_t B = batch, T = config.block_size, V = config.vocab_size;
+    const ag::Tensor idx = ag::randint(0, V, {B, T});
+    const ag::Tensor target = ag::randint(0, V, {B, T});
+    auto step = [&] {
+      opt.zero_grad();
+      ag::Tensor loss = ag::cross_entropy(model(idx).view({-1, V}), target.view({-1}));
+      lite.backward(loss);
+      opt.step();
+      benchmark::DoNotOptimize(loss.unsafe_impl());
+    };
+    const uint64_t syncs = ag::host_sync_count();
+    run_steps(state, step, B * T, "tokens/s", gpt_flops(config));
+    state.counters["host_syncs/step"] = double(ag::host_sync_count() - syncs) / double(state.iterations() + 2);
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -165,6 +215,10 @@ void BM_hand_step(benchmark::State& state, bool cnn, ag::DType dtype) {
 
 BENCHMARK_CAPTURE(BM_lite_step, mlp, false, "bf16-mixed")->Name("amp_train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_step, cnn, true, "bf16-mixed")->Name("amp_train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_gpt, small, kGptConfig, kGptBatch)
+    ->Name("amp_train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch)
+    ->Name("amp_train_step/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_step, lite_bf16, false, "bf16-mixed")->Name("lite_overhead/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_hand_step, hand_bf16, false, ag::kBFloat16)->Name("lite_overhead/mlp/hand_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_step, lite_f16, false, "16-mixed")->Name("lite_overhead/mlp16/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""The table of scripts/bench-vs-torch: ampgrad, PyTorch and Fabric from the files of one run.
+
+Reads the folder that bench-vs-torch filled, round by round (R = 1..rounds, P = a precision):
+  ours.steps.R.json      bench_train (Google Benchmark JSON): train_step/<model>/ampgrad
+                         (32-true) and amp_train_step/<model>/ampgrad (bf16-mixed), each with
+                         its rate counter (samples/s or tokens/s) and flops_per_item
+  ours.matmul.R.json     bench_matmul: matmul/<dtype>/1024/{ampgrad,onednn}, counter GFLOP/s
+  ours.tiny.R.json       bench_ops: tiny_add/grad_off/ampgrad
+  {torch,fabric}.steps.P.R.out   bench/torch_train.py's JSON {model: rate}; .err names torch
+  {ours,torch,fabric}.e2e.P.R.json   ampgrad-train's / bench/torch_trainer.py's --json
+Every figure is the median over the rounds that produced it. Standard library only; exits 1
+when no ampgrad step row came back.
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+
+MODELS = [("mlp", "samples/s", 2.5), ("cnn", "samples/s", 2.0), ("gpt", "tokens/s", 1.4),
+          ("gpt_nanogpt", "tokens/s", 1.4)]
+E2E_ACCURACY = 0.875      # ampgrad-train's MLP after 5 epochs
+E2E_OF_STEP = 0.9         # the trainer's rate at least 90% of the bench step's
+TINY_ADD_NS = 300
+MATMUL_OF_ONEDNN = 0.95
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def med(vs):
+    return statistics.median(vs) if vs else None
+
+
+def spread(vs):  # max/min - 1 over rounds, as a percentage
+    return (max(vs) / min(vs) - 1) * 100 if len(vs) > 1 and min(vs) > 0 else 0.0
+
+
+def fmt(v, digits=0):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def print_table(header, rows):
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header) - 1)]
+    for r in [header] + rows:
+        print(("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1]).rstrip())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--threads", default="?")
+    ap.add_argument("--rounds", type=int, default=0)
+    ap.add_argument("--epochs", type=int, default=0)
+    ap.add_argument("--bf16", type=int, default=0)
+    ap.add_argument("--torch", type=int, default=0)
+    ap.add_argument("--fabric", type=int, default=0)
+    ap.add_argument("--torch-python", default="")
+    a = ap.parse_args()
+    d = a.dir
+    precisions = ["32-true"] + (["bf16-mixed"] if a.bf16 else [])
+
+    # ---- ampgrad's Google Benchmark rows ----
+    ours, flops, errors, ctx = {}, {}, {}, {}
+    gemm = {}        # (dtype, impl) -> [GFLOP/s]
+    tiny = []        # ns
+    for path in sorted(glob.glob(os.path.join(d, "ours.*.json"))):
+        if ".e2e." in path:
+            continue
+        data = load_json(path) or {}
+        ctx = ctx or data.get("context", {})
+        for b in data.get("benchmarks", []):
+            if b.get("run_type") == "aggregate":
+                continue
+            parts = b["name"].split("/")
+            if parts[0] in ("train_step", "amp_train_step"):
+                key = ("32-true" if parts[0] == "train_step" else "bf16-mixed", parts[1])
+                if b.get("error_occurred"):
+                    errors[key] = b.get("error_message", "error")
+                    continue
+                for k, v in b.items():
+                    if k.endswith("/s") and k != "items_per_second":
+                        ours.setdefault(key, []).append(v)
+                if "flops_per_item" in b:
+                    flops[parts[1]] = b["flops_per_item"]
+            elif parts[0] == "matmul" and not b.get("error_occurred") and "GFLOP/s" in b:
+                gemm.setdefault((parts[1], parts[3]), []).append(b["GFLOP/s"])
+            elif parts[0] == "tiny_add" and not b.get("error_occurred"):
+                scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+                tiny.append(b["real_time"] * scale)
+
+    # ---- the peers' step rates ----
+    peer, torch_info = {}, ""
+    for side in ("torch", "fabric"):
+        for p in precisions:
+            for path in sorted(glob.glob(os.path.join(d, f"{side}.steps.{p}.*.out"))):
+                for model, v in (load_json(path) or {}).items():
+                    peer.setdefault((side, p, model), []).append(v)
+                err = path[:-4] + ".err"
+                if not torch_info and os.path.exists(err):
+                    lines = [l for l in open(err).read().splitlines() if l.startswith("torch ")]
+                    torch_info = lines[0] if lines else ""
+
+    # ---- end to end ----
+    e2e = {}  # (side, p) -> {"rate": [...], "acc": [...]}
+    for side in ("ours", "torch", "fabric"):
+        for p in precisions:
+            for path in sorted(glob.glob(os.path.join(d, f"{side}.e2e.{p}.*.json"))):
+                j = load_json(path)
+                if not j:
+                    continue
+                e = e2e.setdefault((side, p), {"rate": [], "acc": []})
+                e["rate"].append(j.get("mean_rate", 0))
+                e["acc"].append(j.get("best_test_accuracy", 0))
+
+    gemm32 = med(gemm.get(("float32", "onednn"), []))
+    gemm16 = med(gemm.get(("bfloat16", "onednn"), []))
+
+    def load(name):
+        try:
+            return open(os.path.join(d, name)).read().split()
+        except OSError:
+            return ["?"]
+    ls, le = load("load.start"), load("load.end")
+    ncpu = os.cpu_count() or 1
+    print("ampgrad vs PyTorch and Fabric: training steps, the trainer end to end, fixed costs")
+    print(f"build: {a.build}; CPU: {ctx.get('cpu_model', '?')}, {ncpu} hardware threads; threads: {a.threads} "
+          f"(every side); bf16 hardware: {'yes' if a.bf16 else 'no (bf16-mixed rows left out)'}")
+    busy = ls[0] != "?" and float(ls[0]) > 0.5 * ncpu
+    print(f"load average: {' '.join(ls)} at start, {' '.join(le)} at end"
+          + ("  (busy: absolute rates are skewed; compare the ratios)" if busy else ""))
+    print(f"median of {a.rounds} rounds, the sides in reversed order every other round")
+    if a.torch:
+        fallback = "" if "peers-venv" in a.torch_python else \
+            "  [fallback: not build/peers-venv; run scripts/install-bench-peers for a current torch]"
+        print(f"PyTorch: {torch_info or 'torch (version unknown)'}{fallback}")
+        print(f"Fabric: {'yes' if a.fabric else 'not available (scripts/install-bench-peers installs Lightning)'}")
+    else:
+        print("PyTorch: not available (no python that imports torch); ampgrad's numbers only")
+    print(f"raw oneDNN GEMM, 1024 x 1024 x 1024, this run: float32 {fmt(gemm32, 1)} GFLOP/s"
+          + (f", bfloat16 {fmt(gemm16, 1)} GFLOP/s" if gemm16 else ""))
+    print("model FLOPs per sample/token: bench_train's flops_per_item (3x the forward's matmul and conv FLOPs;"
+          " GPT: nanoGPT's 6N + 12*L*width*T)")
+
+    # ---- the step tables ----
+    ok_all = True
+    for p in precisions:
+        print()
+        print(f"training step, {p}" + (" (PyTorch: torch.autocast cpu bfloat16)" if p != "32-true" else "")
+              + ": batch 128 (mlp, cnn), 32 x 64 tokens (gpt), 8 x 256 tokens (gpt_nanogpt)")
+        header = ("model", "unit", "ampgrad", "PyTorch", "Fabric", "ours/PyTorch", "target", "",
+                  "GFLOP/s", "of fp32 GEMM", "PyTorch's", "note")
+        rows = []
+        for model, unit, target in MODELS:
+            o = med(ours.get((p, model), []))
+            t = med(peer.get(("torch", p, model), []))
+            f = med(peer.get(("fabric", p, model), []))
+            r = ratio(o, t)
+            notes = []
+            if (p, model) in errors:
+                notes.append(f"ampgrad: {errors[(p, model)]}")
+            for side, vs in (("ampgrad", ours.get((p, model), [])), ("PyTorch", peer.get(("torch", p, model), []))):
+                if spread(vs) > 20:
+                    notes.append(f"{side} noisy (rounds differ by {spread(vs):.0f}%)")
+            verdict = "-" if r is None else ("ok" if r >= target else "MISS")
+            ok_all &= verdict != "MISS"
+            fl = flops.get(model)
+            gf = o * fl / 1e9 if o and fl else None
+            tgf = t * fl / 1e9 if t and fl else None
+            rows.append((model, unit, fmt(o) if o else ("ERROR" if (p, model) in errors else "-"),
+                         fmt(t) if a.torch else "n/a", fmt(f) if a.fabric else "n/a",
+                         fmt(r, 2), f">= {target}", verdict, fmt(gf, 1),
+                         fmt(ratio(gf, gemm32), 2), fmt(ratio(tgf, gemm32), 2), "; ".join(notes)))
+        print_table(header, rows)
+
+    # ---- end to end ----
+    if a.epochs > 0:
+        print()
+        print(f"ampgrad-train --model mlp end to end, Fashion-MNIST, {a.epochs} epochs, batch 128, AdamW, cosine "
+              "(PyTorch and Fabric: bench/torch_trainer.py, the same loop); rate = samples / training time")
+        header = ("precision", "ampgrad", "accuracy", "PyTorch", "accuracy", "Fabric", "accuracy",
+                  "ours/PyTorch", "ours/Fabric", "of bench step", "targets", "note")
+        rows = []
+        for p in precisions:
+            o, t, f = (e2e.get((s, p), {"rate": [], "acc": []}) for s in ("ours", "torch", "fabric"))
+            orate, trate, frate = med(o["rate"]), med(t["rate"]), med(f["rate"])
+            oacc = med(o["acc"])
+            step = med(ours.get((p, "mlp"), []))
+            of_step = ratio(orate, step)
+            checks = []
+            if a.epochs >= 5 and oacc is not None:
+                checks.append("ok" if oacc >= E2E_ACCURACY else "MISS")
+            if of_step is not None:
+                checks.append("ok" if of_step >= E2E_OF_STEP else "MISS")
+            ok_all &= "MISS" not in checks
+            acc = lambda v: "-" if v is None else f"{100 * v:.2f}%"
+            notes = [f"{s} noisy (rounds differ by {spread(vs):.0f}%)"
+                     for s, vs in (("ampgrad", o["rate"]), ("PyTorch", t["rate"])) if spread(vs) > 20]
+            rows.append((p, fmt(orate), acc(oacc), fmt(trate), acc(med(t["acc"])), fmt(frate), acc(med(f["acc"])),
+                         fmt(ratio(orate, trate), 2), fmt(ratio(orate, frate), 2), fmt(of_step, 2),
+                         f">= {100 * E2E_ACCURACY:.1f}%, >= {E2E_OF_STEP}: {' '.join(checks) or '-'}",
+                         "; ".join(notes)))
+        print_table(header, rows)
+
+    # ---- fixed costs ----
+    print()
+    print("fixed costs")
+    header = ("case", "ampgrad", "ceiling", "ratio", "target", "", "note")
+    rows = []
+    t_ns = med(tiny)
+    rows.append(("1-element add, no grad", f"{fmt(t_ns)} ns" if t_ns else "-", "-", "-", f"<= {TINY_ADD_NS} ns",
+                 "-" if t_ns is None else ("ok" if t_ns <= TINY_ADD_NS else "MISS"), ""))
+    for dt, target in (("float32", MATMUL_OF_ONEDNN), ("bfloat16", None)):
+        og, rg = med(gemm.get((dt, "ampgrad"), [])), med(gemm.get((dt, "onednn"), []))
+        if og is None and rg is None:
+            continue
+        r = ratio(og, rg)
+        verdict = "-" if target is None or r is None else ("ok" if r >= target else "MISS")
+        rows.append((f"{dt} matmul 1024^3 (GFLOP/s)", fmt(og, 1), f"{fmt(rg, 1)} (raw oneDNN)", fmt(r, 3),
+                     f">= {target}" if target else "(none)", verdict, ""))
+    for r in rows:
+        ok_all &= r[5] != "MISS"
+    print_table(header, rows)
+    if a.torch and "reference BLAS" in torch_info:
+        print()
+        print("note: this torch calls the reference (netlib) BLAS for its Linear layers, far slower than a")
+        print("      pip wheel with MKL or a Debian install with OpenBLAS; ratios against it overstate ampgrad.")
+    print()
+    print("all targets met" if ok_all else "some targets missed (MISS above)")
+    return 0 if ours else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
