@@ -203,9 +203,22 @@ Tensor fit_gradient(const Node& node, size_t i, Tensor g) {
   return g;
 }
 
+// Sums a gradient into its slot. A slot tensor that nothing else holds (no other slot,
+// no saved tensor, no view of its storage) takes the sum in place: no new buffer, and the
+// write goes to memory that is already in cache.
 void accumulate(TensorList& buffer, size_t slot, Tensor g) {
-  if (!buffer[slot].defined()) buffer[slot] = std::move(g);
-  else buffer[slot] = add(buffer[slot], g);
+  Tensor& b = buffer[slot];
+  if (!b.defined()) {
+    b = std::move(g);
+    return;
+  }
+  const TensorImpl& bi = *b.unsafe_impl();
+  if (b.impl_ptr().use_count() == 1 && bi.storage && bi.storage.use_count() == 1 && b.sizes() == g.sizes() &&
+      b.device() == g.device() && promote_types(b.dtype(), g.dtype()) == b.dtype() && !b.requires_grad()) {
+    b.add_(g);
+    return;
+  }
+  b = add(b, g);
 }
 
 struct ByNewest {

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <thread>
+
 #include "ampgrad/autograd.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
@@ -39,6 +41,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     : dataset_(std::move(dataset)), options_(options) {
   AG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
   AG_CHECK(options_.batch_size > 0, "DataLoader", "batch_size must be positive, got ", options_.batch_size);
+  prefetch_ = options_.prefetch.value_or(unsigned(omp_get_max_threads()) < std::thread::hardware_concurrency());
   if (options_.device) {
     side_ = std::shared_ptr<const Stream>(new Stream(create_stream(*options_.device)), [](const Stream* s) {
       try {
@@ -124,7 +127,7 @@ void DataLoader::Iterator::load() {
     next_ = {};
     return;
   }
-  if (loader_->options_.prefetch) {
+  if (loader_->prefetch_) {
     next_ = std::async(std::launch::async, [loader = loader_, order = order_, next] {
               // One thread: an OpenMP team for this short-lived thread would be created for
               // every batch and compete with the training step's team for the cores.

@@ -117,6 +117,33 @@ TEST(Autograd, HooksOnLeavesAndIntermediates) {
   EXPECT_AG_ERROR(c.register_hook([](const Tensor& g) { return g; }), "[register_hook] cannot register a hook on a tensor that does not require grad");
 }
 
+// Gradients reaching one tensor from several uses are summed, in place where nothing else
+// holds the running sum; a tensor that the caller or a hook holds is never written into.
+TEST(Autograd, AccumulationNeverWritesIntoHeldTensors) {
+  Tensor x = from_vector<double>({1, 2, 3}, {3}).requires_grad_();
+  Tensor y = x * 1.0;
+  Tensor z = y + y;  // add's backward hands the same gradient tensor to both uses of y
+  const Tensor g = from_vector<double>({1, 10, 100}, {3});
+  z.backward(g);
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{1, 10, 100}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 20, 200}));
+
+  // b's gradient from c = b + b (the newer node, so it lands first) is the tensor a hook on c
+  // returned and keeps: the sums with the second use and with d's gradient go elsewhere.
+  Tensor a = from_vector<double>({1, 2}, {2}).requires_grad_();
+  Tensor b = a * 2.0;
+  Tensor d = b * 3.0;
+  Tensor c = b + b;
+  Tensor kept;
+  c.register_hook([&](const Tensor& gr) {
+    kept = gr * 1.0;
+    return kept;
+  });
+  (c + d).sum().backward();
+  EXPECT_EQ(kept.to_vector<double>(), (std::vector<double>{1, 1}));
+  EXPECT_EQ(a.grad().to_vector<double>(), (std::vector<double>{10, 10}));  // 2 * (1 + 1 + 3)
+}
+
 TEST(Autograd, GradientsKeepTheLeafDtype) {
   // a float32 leaf used in a bfloat16 computation gets a float32 gradient
   Tensor w = ones({4}).requires_grad_();

@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
+#include <omp.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 using namespace ag;
 namespace fs = std::filesystem;
@@ -369,6 +371,23 @@ TEST(DataLoader, PrefetchOnAndOffGiveSameBatches) {
   auto it = on.begin();
   ++it;
   EXPECT_EQ(it->target.to_vector<int64_t>()[0], 7);
+}
+
+// Unset, prefetch follows the cores: a background thread only where the OpenMP team leaves
+// a hardware thread free. Set, it is what was asked.
+TEST(DataLoader, PrefetchByDefaultOnlyWithACoreToSpare) {
+  auto ds = numbered(10);
+  const unsigned hw = std::thread::hardware_concurrency();
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(int(std::max(1u, hw)));
+  EXPECT_FALSE(data::DataLoader(ds, {.batch_size = 3}).prefetches());
+  EXPECT_TRUE(data::DataLoader(ds, {.batch_size = 3, .prefetch = true}).prefetches());
+  if (hw >= 2) {
+    omp_set_num_threads(int(hw) - 1);
+    EXPECT_TRUE(data::DataLoader(ds, {.batch_size = 3}).prefetches());
+    EXPECT_FALSE(data::DataLoader(ds, {.batch_size = 3, .prefetch = false}).prefetches());
+  }
+  omp_set_num_threads(before);
 }
 
 // Every batch's bytes, in order, and whether each batch's tensors are pinned.

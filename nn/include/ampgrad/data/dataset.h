@@ -54,8 +54,12 @@ struct DataLoaderOptions {
   int64_t batch_size = 1;
   bool shuffle = false;
   bool drop_last = false;
-  /// Prepare the next batch on a background thread.
-  bool prefetch = true;
+  /// Prepare the next batch on a background thread. Unset (the default): only when the
+  /// training step's OpenMP team leaves a hardware thread free for it (omp_get_max_threads()
+  /// below std::thread::hardware_concurrency() when the loader is made); on a CPU the team
+  /// fills, the extra thread takes its time from the team (an MLP epoch on 2 cores ran
+  /// 25-35% slower with it). Set true for a dataset whose get_batch is costly (decoding).
+  std::optional<bool> prefetch;
   /// Hand out batches in pinned host memory (Tensor::pin_memory), from which copies to a
   /// device do not make the host wait. Without device, the batches stay on the CPU.
   bool pin_memory = false;
@@ -72,6 +76,9 @@ class DataLoader {
   /// Batches in an epoch.
   int64_t num_batches() const;
   int64_t batch_size() const { return options_.batch_size; }
+  /// Whether batches are prepared on a background thread (DataLoaderOptions::prefetch,
+  /// resolved when the loader was made).
+  bool prefetches() const { return prefetch_; }
   const Dataset& dataset() const { return *dataset_; }
 
   class Iterator {
@@ -111,6 +118,7 @@ class DataLoader {
  private:
   std::shared_ptr<const Dataset> dataset_;
   DataLoaderOptions options_;
+  bool prefetch_ = false;
   std::shared_ptr<const Stream> side_;  // with options_.device
 };
 
