@@ -171,6 +171,24 @@ TEST(Autograd, ViewGradients) {
   EXPECT_TRUE(agt::gradcheck([](const TL& t) { return stack({t[0], t[0].exp()}, 0); }, {a}));
   EXPECT_TRUE(agt::gradcheck([](const TL& t) { return t[0].split(3, 1)[1] * 5.0; }, {a}));
   EXPECT_TRUE(agt::gradcheck([](const TL& t) { return t[0].chunk(2, 1)[0].contiguous().clone(); }, {agt::non_contiguous(a)}));
+  // split is one node for all its pieces (its backward writes one cat), also when a piece
+  // is modified in place afterwards
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    auto p = t[0].split(2, 1);
+    return p[0] * 2.0 + p[1].exp();
+  }, {a}));
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    auto p = (t[0] * 1.0).split(2, 1);
+    p[1].mul_(3.0);
+    return p[0] * p[1];
+  }, {a}));
+  {
+    Tensor x = agt::rand64({3, 4}).requires_grad_();
+    auto p = x.split(3, 1);
+    EXPECT_EQ(p[0].grad_fn(), p[1].grad_fn());
+    EXPECT_EQ(p[1].output_nr(), 1u);
+    EXPECT_EQ(p[0].grad_fn()->name(), "SplitBackward");
+  }
   Tensor idx = from_vector<int64_t>({2, 0, 2}, {3});
   EXPECT_TRUE(agt::gradcheck([&](const TL& t) { return t[0].index_select(0, idx); }, {a}));
   Tensor gi = from_vector<int64_t>({3, 3, 0, 1, 2, 2}, {3, 2});

@@ -357,9 +357,37 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   dim = wrap_dim(dim, x.dim(), "split");
   const int64_t n = x.sizes()[size_t(dim)];
   std::vector<Tensor> out;
+  std::vector<int64_t> lengths;
   // Steps of min(split_size, what is left), so that s never passes n (nor overflows).
-  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += std::min(split_size, n - s))
-    out.push_back(narrow(x, dim, s, std::min(split_size, n - s)));
+  for (int64_t s = 0; s < n || (n == 0 && out.empty()); s += std::min(split_size, n - s)) {
+    const int64_t len = std::min(split_size, n - s);
+    Shape sizes = x.sizes();
+    sizes[size_t(dim)] = len;
+    out.push_back(make_view(x, sizes, x.strides(), x.storage_offset() + s * x.strides()[size_t(dim)]));
+    lengths.push_back(len);
+  }
+  // One node for all the pieces, whose backward writes the input's gradient once (a cat)
+  // rather than a zero-filled input-sized tensor per piece that the engine then adds up
+  // (the attention's q, k, v split of one projection is in every transformer layer).
+  if (any_requires_grad({&x})) {
+    const Shape in = x.sizes();
+    record("split", {x}, out, [in, dim, lengths](const TensorList& g, GradMask) -> TensorList {
+      TensorOptions opts;
+      for (const Tensor& gi : g)
+        if (gi.defined()) opts = gi.options();
+      std::vector<Tensor> parts;
+      for (size_t i = 0; i < g.size(); ++i) {
+        if (g[i].defined()) {
+          parts.push_back(g[i]);
+        } else {
+          Shape piece = in;
+          piece[size_t(dim)] = lengths[i];
+          parts.push_back(zeros(piece.vec(), opts));
+        }
+      }
+      return {parts.size() == 1 ? parts[0] : cat(parts, dim)};
+    });
+  }
   return out;
 }
 
