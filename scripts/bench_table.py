@@ -35,7 +35,7 @@ TARGETS = [
     (r"^autocast_overhead/", "ratio", 1 / 1.1),
     # bench_train: the Lite wrappers at most 3% slower than the same loop by hand, and the
     # bf16-mixed step through Lite (ampgrad-train --precision auto's targets: MLP 60,000,
-    # CNN 5,000 samples/s end to end; scripts/bench-amp-vs-peers has the peers).
+    # CNN 5,000 samples/s end to end; scripts/bench-vs-torch has the peers).
     (r"^lite_overhead/", "ratio", 0.97),
     (r"^amp_train_step/mlp$", "min_rate", 60000),
     (r"^amp_train_step/cnn$", "min_rate", 5000),

@@ -90,16 +90,29 @@ Rows<A> entry_rows(const Tensor& t, int64_t b, std::vector<A>& buf) {
   return {buf.data(), std::max<int64_t>(C, 1)};
 }
 
-// The per-thread buffers that entry_rows widens into (left empty for operands read in place).
+// The per-thread buffers that entry_rows widens into (left empty for operands read in place),
+// and the transposed keys and values.
 template <class A>
 struct Widened {
-  std::vector<A> q, k, v, go, o;
+  std::vector<A> q, k, v, go, o, kt, vt;
 };
+
+// The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products
+// that take k^T or v^T then read rows, which tile_gemm's small kernel streams, and each
+// key block is transposed once per entry rather than once per query block.
+template <class A>
+Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) {
+  buf.resize(size_t(std::max<int64_t>(R * C, 1)));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) buf[size_t(c * R + r)] = m.p[r * m.ld + c];
+  return {buf.data(), std::max<int64_t>(R, 1)};
+}
 
 // What a task reads of one batch entry: its operands, its mask and the scale.
 template <class A>
 struct Entry {
   Rows<A> q, k, v;   // [Tq, D], [Tk, D], [Tk, Dv]
+  Rows<A> kt;        // k transposed, [D, Tk]
   const A* mask;     // element (i, j) at mask[i * mr + j * mc], or null
   int64_t mr, mc;
   A scale;
@@ -110,8 +123,7 @@ struct Entry {
 template <class A>
 void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                 A* s) {
-  tile_gemm(false, true, rows, cols, d.D, e.scale, e.q.p + i0 * e.q.ld, e.q.ld, e.k.p + j0 * e.k.ld, e.k.ld, A(0), s,
-            kBc);
+  tile_gemm(false, false, rows, cols, d.D, e.scale, e.q.p + i0 * e.q.ld, e.q.ld, e.kt.p + j0, e.kt.ld, A(0), s, kBc);
   if (e.mask) {
     for (int64_t r = 0; r < rows; ++r) {
       const A* m = e.mask + (i0 + r) * e.mr + j0 * e.mc;
@@ -280,7 +292,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
     Widened<A> w;
     std::vector<A> s(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), acc(size_t(kBr * d.Dv)), m(kBr), l(kBr);
     for (int64_t b = b0; b < b1; ++b) {
-      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
+      const Rows<A> kr = entry_rows<T>(k, b, w.k);
+      const Entry<A> e{entry_rows<T>(q, b, w.q), kr, entry_rows<T>(v, b, w.v), transposed(kr, d.Tk, d.D, w.kt),
                        mask_of<A>(mask, b), mr, mc, A(p.scale)};
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kBr) {
         const int64_t rows = std::min(kBr, d.Tq - i0);
@@ -331,8 +344,10 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
     std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
         pd(drop ? size_t(kBr * kBc) : 0);
     for (int64_t b = b0; b < b1; ++b) {
-      const Entry<A> e{entry_rows<T>(q, b, w.q), entry_rows<T>(k, b, w.k), entry_rows<T>(v, b, w.v),
-                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      const Rows<A> kr = entry_rows<T>(k, b, w.k), vr = entry_rows<T>(v, b, w.v);
+      const Entry<A> e{entry_rows<T>(q, b, w.q), kr, vr, transposed(kr, d.Tk, d.D, w.kt), mask_of<A>(mask, b), mr, mc,
+                       A(p.scale)};
+      const Rows<A> vt = transposed(vr, d.Tk, d.Dv, w.vt);
       const Rows<A> go = entry_rows<T>(grad_out, b, w.go), o = entry_rows<T>(out, b, w.o);
       for (int64_t i = 0; i < d.Tq; ++i) {
         const A* gr = go.p + i * go.ld;
@@ -357,8 +372,8 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           // dV_j += dropout(P)^T dO_i; dP = dO_i V_j^T
           tile_gemm(true, false, cols, d.Dv, rows, A(1), drop ? pd.data() : pt.data(), kBc, go.p + i0 * go.ld, go.ld,
                     A(1), dv.data() + j0 * d.Dv, d.Dv);
-          tile_gemm(false, true, rows, cols, d.Dv, A(1), go.p + i0 * go.ld, go.ld, e.v.p + j0 * e.v.ld, e.v.ld, A(0),
-                    ds.data(), kBc);
+          tile_gemm(false, false, rows, cols, d.Dv, A(1), go.p + i0 * go.ld, go.ld, vt.p + j0, vt.ld, A(0), ds.data(),
+                    kBc);
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
           rg.p = pt.data();
           rg.di = di.data() + i0;

@@ -1,0 +1,111 @@
+// tile_gemm (kernels/cpu/gemm.h), the small products of the attention kernel, against a
+// float64 reference: every transpose combination, sizes around the kernel's 4-row and
+// 16-lane blocks, beta 0 (old contents ignored, NaN included), 1 and another value, and
+// leading dimensions wider than the rows. small_tile_gemm is checked directly where the CPU
+// has AVX-512 (it declines elsewhere, which is checked too).
+#include <gtest/gtest.h>
+#include <ampgrad/ampgrad.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cpu/gemm.h"
+
+namespace {
+
+struct Case {
+  bool ta, tb;
+  int64_t m, n, k;
+  float alpha, beta;
+};
+
+// c = alpha op(a) op(b) + beta c in float64, from the same float inputs.
+std::vector<double> reference(const Case& t, const std::vector<float>& a, int64_t lda, const std::vector<float>& b,
+                              int64_t ldb, const std::vector<float>& c, int64_t ldc) {
+  std::vector<double> out(c.begin(), c.end());
+  for (int64_t i = 0; i < t.m; ++i)
+    for (int64_t j = 0; j < t.n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < t.k; ++p) {
+        const double av = t.ta ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)];
+        const double bv = t.tb ? b[size_t(j * ldb + p)] : b[size_t(p * ldb + j)];
+        s += av * bv;
+      }
+      const double old = t.beta == 0 ? 0.0 : double(t.beta) * c[size_t(i * ldc + j)];
+      out[size_t(i * ldc + j)] = double(t.alpha) * s + old;
+    }
+  return out;
+}
+
+// Runs `gemm` on random operands for case t and compares with the reference; returns false
+// when gemm declined (small_tile_gemm's answer).
+template <class Gemm>
+bool check(const Case& t, Gemm gemm) {
+  std::mt19937 rng(unsigned(t.m * 1000003 + t.n * 1009 + t.k * 7 + t.ta * 2 + t.tb));
+  std::uniform_real_distribution<float> u(-1, 1);
+  const int64_t pad = 3;  // leading dimensions wider than the rows
+  const int64_t a_rows = t.ta ? t.k : t.m, a_cols = t.ta ? t.m : t.k;
+  const int64_t b_rows = t.tb ? t.n : t.k, b_cols = t.tb ? t.k : t.n;
+  const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = t.n + pad;
+  std::vector<float> a(size_t(a_rows * lda)), b(size_t(b_rows * ldb)), c(size_t(t.m * ldc));
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  for (float& x : c) x = t.beta == 0 ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  const std::vector<double> want = reference(t, a, lda, b, ldb, c, ldc);
+  std::vector<float> got = c;
+  if (!gemm(t.ta, t.tb, t.m, t.n, t.k, t.alpha, a.data(), lda, b.data(), ldb, t.beta, got.data(), ldc)) return false;
+  for (int64_t i = 0; i < t.m; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const size_t at = size_t(i * ldc + j);
+      if (j >= t.n) {  // the padding between rows is left alone
+        EXPECT_TRUE(std::isnan(got[at]) == std::isnan(c[at]) && (std::isnan(c[at]) || got[at] == c[at]))
+            << "column " << j << " of row " << i << " was written";
+        continue;
+      }
+      const double tol = 1e-5 * (double(t.k) + 1) * (std::abs(double(t.alpha)) + std::abs(double(t.beta)) + 1);
+      EXPECT_NEAR(got[at], want[at], tol) << "ta " << t.ta << " tb " << t.tb << " m " << t.m << " n " << t.n
+                                          << " k " << t.k << " beta " << t.beta << " at (" << i << ", " << j << ")";
+    }
+  return true;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t m : {1, 3, 4, 5, 64})
+        for (int64_t n : {1, 15, 16, 17, 33, 64, 65, 130})
+          for (int64_t k : {1, 7, 32, 64})
+            for (float beta : {0.0f, 1.0f, -0.5f}) out.push_back({ta, tb, m, n, k, 0.75f, beta});
+  return out;
+}
+
+}  // namespace
+
+TEST(TileGemm, MatchesTheReference) {
+  auto gemm = [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+    ampgrad::cpu::tile_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return true;
+  };
+  for (const Case& t : cases()) check(t, gemm);
+}
+
+TEST(TileGemm, SmallKernelMatchesTheReference) {
+  if (!ag::hw::cpu_features().avx512f) GTEST_SKIP() << "this CPU has no AVX-512: small_tile_gemm declines";
+  for (const Case& t : cases()) EXPECT_TRUE(check(t, ampgrad::cpu::small_tile_gemm)) << t.m << " " << t.n << " " << t.k;
+}
+
+TEST(TileGemm, SmallKernelDeclinesWhatIsNotSmall) {
+  std::vector<float> a(300 * 300, 1.0f), b(300 * 300, 1.0f), c(300 * 300, 0.0f);
+  // more than 64 rows, more than 256 columns or inner products, an empty inner dimension
+  EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 65, 8, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
+  EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 257, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
+  EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 257, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
+  EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 0, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
+  if (!ag::hw::cpu_features().avx512f)
+    EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
+}
