@@ -42,7 +42,7 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
   std::printf("        flags  %s\n", cpu_flags(c).c_str());
   std::printf("        oneDNN ISA %s\n", p.onednn_isa.c_str());
   std::printf("        vector math %s%s\n\n", p.vector_math_isa.c_str(),
-              p.vector_math_isa == "none" ? " (scalar functors)" : " (SLEEF: exp, log, tanh, erfc, pow)");
+              p.vector_math_isa == "none" ? " (scalar functors)" : " (SLEEF: exp, log, log1p, tanh, pow; our erfc on its exp)");
 
   if (p.cuda.empty()) {
     std::printf("cuda    no CUDA device (%s)\n\n",
