@@ -242,6 +242,29 @@ def blas_info():
     return info
 
 
+def setup_runner(args, prog):
+    """Sets torch's threads (args.threads) and, for args.runner == "fabric", launches a
+    Fabric(accelerator="cpu", devices=1, precision=args.precision); prints the "torch " and
+    "runner: " lines on stderr. Returns (runner name, fabric or None), or None after printing
+    why on stderr when Fabric cannot be imported. Shared with bench/torch_trainer.py."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    runner, fabric = "torch", None
+    if args.runner == "fabric":
+        try:
+            Fabric, runner = import_fabric()
+        except RuntimeError as e:
+            print(f"{prog}: {e}", file=sys.stderr)
+            return None
+        fabric = Fabric(accelerator="cpu", devices=1, precision=args.precision)
+        fabric.launch()
+        if args.threads > 0:  # the same thread count as the torch runner, whatever Fabric did
+            torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas_info()}", file=sys.stderr)
+    print(f"runner: {runner}, precision {args.precision}", file=sys.stderr)
+    return runner, fabric
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: leave torch's)")
@@ -256,22 +279,10 @@ def main():
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds per timed run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per model (median reported)")
     args = ap.parse_args()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    runner = "torch"
-    fabric = None
-    if args.runner == "fabric":
-        try:
-            Fabric, runner = import_fabric()
-        except RuntimeError as e:
-            print(f"torch_train.py: {e}", file=sys.stderr)
-            return 2
-        fabric = Fabric(accelerator="cpu", devices=1, precision=args.precision)
-        fabric.launch()
-        if args.threads > 0:  # the same thread count as the torch runner, whatever Fabric did
-            torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas_info()}", file=sys.stderr)
-    print(f"runner: {runner}, precision {args.precision}", file=sys.stderr)
+    setup = setup_runner(args, "torch_train.py")
+    if setup is None:
+        return 2
+    runner, fabric = setup
     if args.check:
         return 0
     out = {}

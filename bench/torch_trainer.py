@@ -66,7 +66,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 # bench/torch_train.py, next to this file (its directory is sys.path[0] when run as a script).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_train import blas_info, import_fabric, make_cnn, make_mlp  # noqa: E402
+from torch_train import make_cnn, make_mlp, setup_runner  # noqa: E402
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # nn/src/datasets.cpp: the training images' mean and std
@@ -137,21 +137,10 @@ def main():
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
         ap.error("--epochs and --batch-size must be positive, --lr above 0")
 
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    runner, fabric = "torch", None
-    if args.runner == "fabric":
-        try:
-            Fabric, runner = import_fabric()
-        except RuntimeError as e:
-            print(f"torch_trainer.py: {e}", file=sys.stderr)
-            return 2
-        fabric = Fabric(accelerator="cpu", devices=1, precision=args.precision)
-        fabric.launch()
-        if args.threads > 0:  # the same thread count as the torch runner, whatever Fabric did
-            torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS {blas_info()}", file=sys.stderr)
-    print(f"runner: {runner}, precision {args.precision}", file=sys.stderr)
+    setup = setup_runner(args, "torch_trainer.py")
+    if setup is None:
+        return 2
+    runner, fabric = setup
 
     # ---- data and model (before any timing) ----
     x_train, y_train = fashion_mnist(True, args.data)

@@ -26,7 +26,19 @@ constexpr size_t kMaxCached = size_t(2) << 30;
 constexpr size_t kPage = 4096;
 constexpr size_t kSmallMax = 4096;
 constexpr size_t kSmallClasses = kSmallMax / kAlign;
+// Under AddressSanitizer small blocks are not kept: a use after free of a small tensor,
+// the fuzzers' usual case, must reach ASan's poisoned memory rather than a reused block.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int kSmallPerClass = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr int kSmallPerClass = 0;
+#else
 constexpr int kSmallPerClass = 16;
+#endif
+#else
+constexpr int kSmallPerClass = 16;
+#endif
 
 // Bytes in all threads' small caches, for cached_bytes.
 std::atomic<size_t> g_small_cached{0};
@@ -35,7 +47,7 @@ std::atomic<size_t> g_small_cached{0};
 // after the reaper below has emptied it (a storage freed by a later thread_local destructor
 // then goes to std::free).
 struct SmallCache {
-  void* slot[kSmallClasses][kSmallPerClass];
+  void* slot[kSmallClasses][kSmallPerClass > 0 ? kSmallPerClass : 1];
   int count[kSmallClasses];
 };
 thread_local SmallCache* tl_small = nullptr;

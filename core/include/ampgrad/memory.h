@@ -24,8 +24,9 @@ struct MemoryStats {
 
   /// Of the allocations, those the backend served from blocks it kept from earlier frees
   /// (the CPU keeps blocks of 64 KiB and more in one cache, and blocks of up to 4 KiB per
-  /// thread, at most 16 of each 64-byte size). CUDA's stream-ordered pools reuse memory
-  /// inside the driver, unseen here, so on CUDA this stays 0.
+  /// thread, at most 16 of each 64-byte size, except under AddressSanitizer). CUDA's
+  /// stream-ordered pools reuse memory inside the driver, unseen here, so on CUDA this
+  /// stays 0.
   uint64_t cache_hits = 0;
   /// Of the allocations, those that asked the system for memory: allocations - cache_hits.
   uint64_t system_allocations = 0;
