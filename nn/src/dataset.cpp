@@ -41,7 +41,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     : dataset_(std::move(dataset)), options_(options) {
   AG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
   AG_CHECK(options_.batch_size > 0, "DataLoader", "batch_size must be positive, got ", options_.batch_size);
-  prefetch_ = options_.prefetch.value_or(unsigned(omp_get_max_threads()) < std::thread::hardware_concurrency());
+  prefetch_ = options_.prefetch.value_or((options_.device && !options_.device->is_cpu()) ||
+                                         unsigned(omp_get_max_threads()) < std::thread::hardware_concurrency());
   if (options_.device) {
     side_ = std::shared_ptr<const Stream>(new Stream(create_stream(*options_.device)), [](const Stream* s) {
       try {

@@ -374,13 +374,15 @@ TEST(DataLoader, PrefetchOnAndOffGiveSameBatches) {
 }
 
 // Unset, prefetch follows the cores: a background thread only where the OpenMP team leaves
-// a hardware thread free. Set, it is what was asked.
+// a hardware thread free (or the step runs on an accelerator: DataLoader.CudaDevice checks
+// that). Set, it is what was asked.
 TEST(DataLoader, PrefetchByDefaultOnlyWithACoreToSpare) {
   auto ds = numbered(10);
   const unsigned hw = std::thread::hardware_concurrency();
   const int before = omp_get_max_threads();
   omp_set_num_threads(int(std::max(1u, hw)));
   EXPECT_FALSE(data::DataLoader(ds, {.batch_size = 3}).prefetches());
+  EXPECT_FALSE(data::DataLoader(ds, {.batch_size = 3, .device = Device(kCPU)}).prefetches());
   EXPECT_TRUE(data::DataLoader(ds, {.batch_size = 3, .prefetch = true}).prefetches());
   if (hw >= 2) {
     omp_set_num_threads(int(hw) - 1);
@@ -476,6 +478,7 @@ TEST(DataLoader, CudaDevice) {
     EXPECT_AG_ERROR(data::DataLoader(ds, {.device = Device(kCUDA)}), "[create_stream] no CUDA device is available");
   } else {
     data::DataLoader loader(ds, {.batch_size = 2, .pin_memory = true, .device = Device(kCUDA)});
+    EXPECT_TRUE(loader.prefetches());  // the step runs on the GPU: the CPU has time to spare
     std::vector<int64_t> ids;
     for (const data::Batch& b : loader) {
       EXPECT_EQ(b.input.device(), Device(kCUDA));
