@@ -19,7 +19,9 @@
 //             dS = P * (dP - D_i), dq += scale dS k, dk += scale dS^T q. Key blocks are the
 //             outer loop, so a block's dk and dv stay in cache while the query blocks pass;
 //             dq, dk and dv of the entry accumulate in A and are written once.
-// The products are tile_gemm calls (gemm.h: oneDNN's sgemm for float in the oneDNN build);
+// The products are tile_gemm calls (gemm.h: our AVX-512 kernel for these small float
+// products where the CPU has AVX-512, else oneDNN's sgemm or Eigen), all on row-major
+// operands: k and v are transposed once per entry for the products that take k^T and v^T;
 // the row work (max, exp_acc, sums) is one always-inlined function compiled for AVX-512,
 // AVX2 and the baseline (see row_work). Dropout draws the keep decision of probability
 // (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
