@@ -107,6 +107,48 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
 
 // ---- composed forms of the fused entries ------------------------------------------------
 
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  Shape s{x[0], w[0], 0, 0};
+  for (int i = 0; i < 2; ++i)
+    s[2 + i] = (x[2 + i] + 2 * p.padding[i] - p.dilation[i] * (w[2 + i] - 1) - 1) / p.stride[i] + 1;
+  return s;
+}
+
+TensorList Backend::conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                 const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
+  return conv2d_block_composed(x, w, bias, out, p, act, pool);
+}
+
+void Backend::conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
+                                    const Conv2dParams& p, Activation act, const Pool2dParams& pool,
+                                    const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias) {
+  conv2d_block_backward_composed(g, x, w, saved, p, act, pool, grad_x, grad_w, grad_bias);
+}
+
+TensorList Backend::conv2d_block_composed(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                          const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
+  AG_CHECK(act == Activation::None || act == Activation::Relu, "conv2d_block",
+           "the activation must be none or relu, got ", activation_name(act));
+  Tensor y = make_tensor(conv2d_output_shape(x.sizes(), w.sizes(), p), out.dtype(), out.device());
+  conv2d(x, w, bias, y, p);
+  if (act != Activation::None) unary(activation_op(act), y, y, {});
+  Tensor pooled = max_pool2d(y, out, pool);
+  return {y, pooled};
+}
+
+void Backend::conv2d_block_backward_composed(const Tensor& g, const Tensor& x, const Tensor& w,
+                                             const TensorList& saved, const Conv2dParams& p, Activation act,
+                                             const Pool2dParams& pool, const Tensor& grad_x, const Tensor& grad_w,
+                                             const Tensor& grad_bias) {
+  AG_CHECK(saved.size() == 2, "conv2d_block", "internal: expected the activation and the pooling's result");
+  const Tensor& y = saved[0];
+  Tensor gy = make_tensor(y.sizes(), g.dtype(), g.device());
+  max_pool2d_backward(g, y, saved[1], gy, pool);
+  if (act != Activation::None) binary(activation_backward_op(act), gy, y, gy);
+  if (grad_x.defined()) conv2d_backward_input(gy, w, grad_x, p);
+  if (grad_w.defined() || grad_bias.defined()) conv2d_backward_weight(gy, x, grad_w, grad_bias, p);
+}
+
 Tensor Backend::linear_act_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                                     const Tensor& out, bool keep) {
   const bool keep_pre = keep && !activation_grad_reads_output(act);

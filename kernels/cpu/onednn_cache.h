@@ -57,7 +57,7 @@ inline std::atomic<size_t> g_cached_primitives{0};
 
 /// The identity of a problem: a short list of integers.
 struct Key {
-  std::array<int64_t, 32> v{};
+  std::array<int64_t, 48> v{};
   uint32_t n = 0;
   Key& operator<<(int64_t x) {
     v[n++] = x;

@@ -17,6 +17,8 @@
 // starts from the lowest finite value), average
 // pooling whose ceil_mode window overhangs the padding with count_include_pad, float16
 // and float64. max_pool2d saves oneDNN's workspace or the loops' int64 indices.
+
+#include "cpu/block_pool.h"
 #include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/onednn_cache.h"
@@ -89,6 +91,7 @@ struct PlanArg {
 struct ConvPlan {
   std::shared_ptr<Prim> prim;  // null: no fast kernel; the caller takes its fallback
   std::vector<PlanArg> args;   // in the order the caller passes its pointers
+  memory::desc dst_user;       // the layout of the caller's destination (forward plans)
 
   bool ok() const { return prim != nullptr; }
 
@@ -150,15 +153,20 @@ std::shared_ptr<ConvPlan> make_plan(const Pd& pd, const std::vector<ArgSpec>& sp
   return plan;
 }
 
-std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias) {
+// blocked: the caller's destination (forward) or its gradient (backward) is in the
+// layout the forward without bias chose (conv2d_block's activation), not plain NCHW.
+std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias, bool blocked) {
   const auto fwd = cp.forward_pd(t, bias && kind != ConvKind::BackwardData);
+  const memory::desc dst_user = blocked ? cp.forward_pd(t, false).dst_desc() : cp.dst_md(t, false);
   switch (kind) {
     case ConvKind::Forward: {
       std::vector<ArgSpec> specs{{DNNL_ARG_SRC, cp.src_md(t, false), fwd.src_desc(), false},
                                  {DNNL_ARG_WEIGHTS, cp.wei_md(t, false), fwd.weights_desc(), false}};
       if (bias) specs.push_back({DNNL_ARG_BIAS, cp.bias_md(t), fwd.bias_desc(), false});
-      specs.push_back({DNNL_ARG_DST, cp.dst_md(t, false), fwd.dst_desc(), true});
-      return make_plan<decltype(fwd), dnnl::convolution_forward>(fwd, specs);
+      specs.push_back({DNNL_ARG_DST, dst_user, fwd.dst_desc(), true});
+      auto plan = make_plan<decltype(fwd), dnnl::convolution_forward>(fwd, specs);
+      plan->dst_user = dst_user;
+      return plan;
     }
     case ConvKind::BackwardData: {
       const dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, cp.src_md(t, true),
@@ -166,7 +174,7 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
                                                     cp.dilation, cp.padding, cp.padding);
       const dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd);
       return make_plan<decltype(pd), dnnl::convolution_backward_data>(
-          pd, {{DNNL_ARG_DIFF_DST, cp.dst_md(t, false), pd.diff_dst_desc(), false},
+          pd, {{DNNL_ARG_DIFF_DST, dst_user, pd.diff_dst_desc(), false},
                {DNNL_ARG_WEIGHTS, cp.wei_md(t, false), pd.weights_desc(), false},
                {DNNL_ARG_DIFF_SRC, cp.src_md(t, false), pd.diff_src_desc(), true}});
     }
@@ -179,7 +187,7 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
                                 cp.dst_md(t, true), cp.strides, cp.dilation, cp.padding, cp.padding);
       const dnnl::convolution_backward_weights::primitive_desc pd(d, engine(), fwd);
       std::vector<ArgSpec> specs{{DNNL_ARG_SRC, cp.src_md(t, false), pd.src_desc(), false},
-                                 {DNNL_ARG_DIFF_DST, cp.dst_md(t, false), pd.diff_dst_desc(), false},
+                                 {DNNL_ARG_DIFF_DST, dst_user, pd.diff_dst_desc(), false},
                                  {DNNL_ARG_DIFF_WEIGHTS, cp.wei_md(t, false), pd.diff_weights_desc(), true}};
       if (bias) specs.push_back({DNNL_ARG_DIFF_BIAS, cp.bias_md(t), pd.diff_bias_desc(), true});
       return make_plan<decltype(pd), dnnl::convolution_backward_weights>(pd, specs);
@@ -189,11 +197,12 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
 }
 
 // The cached plan; oneDNN having no (or only a reference) kernel gives a not-ok plan.
-std::shared_ptr<ConvPlan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias) {
-  return guarded("conv2d", [&] {
-    return conv_cache().get(cp.key(kind, dtype, bias), [&] {
+std::shared_ptr<ConvPlan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
+                                   bool blocked = false, const char* op = "conv2d") {
+  return guarded(op, [&] {
+    return conv_cache().get(cp.key(kind, dtype, bias) << blocked, [&] {
       try {
-        return build_plan(cp, kind, dnnl_type(dtype), bias);
+        return build_plan(cp, kind, dnnl_type(dtype), bias, blocked);
       } catch (const dnnl::error& e) {
         if (e.status == dnnl_unimplemented) return std::make_shared<ConvPlan>();
         throw;
@@ -443,6 +452,134 @@ void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_
     if (e->prim) return e->prim->execute({grad_out.raw_data(), grad_in.raw_data()}, "avg_pool2d");
   }
   pool_avg_backward(grad_out, grad_in, p);
+}
+
+
+// ---- conv2d_block: the activation stays blocked -------------------------------------------
+//
+// The convolution writes the full-size activation y in the layout its forward chose
+// (nChw16c, channels-last, ...) and our own max pooling (block_pool.cpp) reads it there:
+// the ReLU, the max with max_pool2d's rules (a NaN wins its window, -inf stays -inf, the
+// first maximum in row-major order keeps the gradient) and the NCHW output in one pass,
+// plus the window position of each maximum, or "none" where the ReLU stops the gradient.
+// The backward writes the pooled gradient into the activation's gradient in the same
+// layout, which the convolution's backward primitives take as their diff_dst (oneDNN's
+// own pooling on these layouts was slower, and its channels-last bfloat16 backward summed
+// overlapping windows wrongly when the channels are not a multiple of 16). So the activation is
+// neither reordered nor kept for the backward, and the ReLU costs no pass of its own.
+// Only windows that do not overlap (each activation element in one window at most: the
+// backward writes instead of adding) and of at most 254 taps are taken; the saved list is
+// {the uint8 window positions}, against the composed form's {y, max_pool2d's result}.
+
+namespace {
+
+// The layout of a oneDNN activation in block_pool's terms, when it is plain or blocked
+// over channels alone.
+bool act_layout(const memory::desc& md, BlockLayout& L) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != 4 || d.offset0 != 0) return false;
+  const auto& b = d.format_desc.blocking;
+  L.C = d.dims[1];
+  L.sn = b.strides[0];
+  L.sh = b.strides[2];
+  L.sw = b.strides[3];
+  if (b.inner_nblks == 0) {
+    if (b.strides[1] == 1) {  // channels-last: one block of C lanes
+      L.cb = L.C;
+      L.sc = 0;
+    } else {
+      L.cb = 1;
+      L.sc = b.strides[1];
+    }
+  } else if (b.inner_nblks == 1 && b.inner_idxs[0] == 1) {
+    L.cb = b.inner_blks[0];
+    L.sc = b.strides[1];
+  } else {
+    return false;
+  }
+  L.blocks = (L.C + L.cb - 1) / L.cb;
+  return true;
+}
+
+std::pair<PoolDim, PoolDim> pool_dims(const Shape& ys, const Pool2dParams& pool) {
+  return {{pool.kernel[0], pool.stride[0], pool.padding[0], pool.dilation[0], ys[2]},
+          {pool.kernel[1], pool.stride[1], pool.padding[1], pool.dilation[1], ys[3]}};
+}
+
+}  // namespace
+
+TensorList CpuBackend::conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                    const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
+  const DType dtype = out.dtype();
+  bool overlap = false;
+  for (int i = 0; i < 2; ++i) overlap |= pool.stride[i] < pool.dilation[i] * (pool.kernel[i] - 1) + 1;
+  if (!pool_dtype(dtype) || out.numel() == 0 || overlap || pool.kernel[0] * pool.kernel[1] >= kNoGradient ||
+      (act != Activation::None && act != Activation::Relu))
+    return conv2d_block_composed(x, w, bias, out, p, act, pool);
+  const Shape ys = conv2d_output_shape(x.sizes(), w.sizes(), p);
+  const ConvProblem cp(x.sizes(), w.sizes(), ys, p);
+  auto plan = get_plan(cp, ConvKind::Forward, dtype, bias.defined(), true, "conv2d_block");
+  BlockLayout L;
+  if (!plan->ok() || !act_layout(plan->dst_user, L)) return conv2d_block_composed(x, w, bias, out, p, act, pool);
+  const Device dev = out.device();
+  // y lives only until the pooling has read it.
+  Tensor y = make_tensor({int64_t(plan->dst_user.get_size())}, kUInt8, dev);
+  if (bias.defined()) plan->execute({x.raw_data(), w.raw_data(), bias.raw_data(), y.raw_data()}, "conv2d_block");
+  else plan->execute({x.raw_data(), w.raw_data(), y.raw_data()}, "conv2d_block");
+  Tensor arg = make_tensor(out.sizes(), kUInt8, dev);
+  const auto [ph, pw] = pool_dims(ys, pool);
+  block_pool_forward(dtype, y.raw_data(), L, ph, pw, ys[0], out.size(2), out.size(3), act == Activation::Relu,
+                     out.raw_data(), arg.data_ptr<uint8_t>());
+  return {arg};
+}
+
+void CpuBackend::conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
+                                       const Conv2dParams& p, Activation act, const Pool2dParams& pool,
+                                       const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias) {
+  if (saved.size() != 1)
+    return conv2d_block_backward_composed(g, x, w, saved, p, act, pool, grad_x, grad_w, grad_bias);
+  const DType dtype = g.dtype();
+  const Shape ys = conv2d_output_shape(x.sizes(), w.sizes(), p);
+  const ConvProblem cp(x.sizes(), w.sizes(), ys, p);
+  // The forward's plan, cached: its destination layout is the gradient's.
+  auto fwd = get_plan(cp, ConvKind::Forward, dtype, grad_bias.defined(), true, "conv2d_block");
+  BlockLayout L;
+  AG_CHECK(fwd->ok() && act_layout(fwd->dst_user, L), "conv2d_block", "internal: no blocked layout for a blocked forward");
+  const Device dev = g.device();
+  const size_t gy_bytes = fwd->dst_user.get_size();
+  Tensor gy = make_tensor({int64_t(gy_bytes)}, kUInt8, dev);
+  const auto [ph, pw] = pool_dims(ys, pool);
+  block_pool_backward(dtype, g.raw_data(), saved[0].data_ptr<uint8_t>(), L, ph, pw, ys[0], g.size(2), g.size(3),
+                      gy.raw_data(), gy_bytes);
+  // The activation's gradient in NCHW, for a convolution backward without a blocked plan.
+  Tensor plain;
+  auto gy_plain = [&]() -> const Tensor& {
+    if (!plain.defined()) {
+      plain = make_tensor(ys, dtype, dev);
+      guarded("conv2d_block", [&] {
+        const memory::desc to(cp.dst, dnnl_type(dtype), memory::format_tag::nchw);
+        const dnnl::reorder::primitive_desc rpd(engine(), fwd->dst_user, engine(), to);
+        Prim(dnnl::reorder(rpd), {{DNNL_ARG_FROM, fwd->dst_user}, {DNNL_ARG_TO, to}})
+            .execute({gy.raw_data(), plain.raw_data()}, "conv2d_block");
+      }, [] { return std::string("the activation gradient's reorder"); });
+    }
+    return plain;
+  };
+  if (grad_x.defined() && grad_x.numel() > 0) {
+    auto plan = get_plan(cp, ConvKind::BackwardData, dtype, false, true, "conv2d_block");
+    if (plan->ok()) plan->execute({gy.raw_data(), w.raw_data(), grad_x.raw_data()}, "conv2d_block");
+    else conv2d_backward_input(gy_plain(), w, grad_x, p);
+  }
+  if (grad_w.defined() && grad_w.numel() > 0) {
+    auto plan = get_plan(cp, ConvKind::BackwardWeights, dtype, grad_bias.defined(), true, "conv2d_block");
+    if (!plan->ok()) return conv2d_backward_weight(gy_plain(), x, grad_w, grad_bias, p);
+    if (grad_bias.defined())
+      plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data(), grad_bias.raw_data()}, "conv2d_block");
+    else
+      plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data()}, "conv2d_block");
+  } else if (grad_bias.defined()) {
+    conv_bias_grad(gy_plain(), grad_bias);
+  }
 }
 
 }  // namespace ampgrad::cpu

@@ -99,6 +99,13 @@ class CudaBackend final : public Backend {
                               const Tensor& target, int64_t ignore_index, double label_smoothing,
                               const Tensor& lse, const Tensor& grad_x) override;
 
+  // conv.cu: the three ops composed (cuDNN's fused forms are for inference).
+  TensorList conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                          const Conv2dParams& p, Activation act, const Pool2dParams& pool) override;
+  void conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
+                             const Conv2dParams& p, Activation act, const Pool2dParams& pool, const Tensor& grad_x,
+                             const Tensor& grad_w, const Tensor& grad_bias) override;
+
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
                  const Tensor& out, const Tensor& lse) override;
   void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,

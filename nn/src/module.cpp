@@ -208,6 +208,16 @@ const Linear* as_linear(const ModulePtr& m) {
   const Module& mod = *m;  // typeid of a named reference: no side effect to evaluate
   return typeid(mod) == typeid(Linear) ? static_cast<const Linear*>(m.get()) : nullptr;
 }
+const Conv2d* as_conv(const ModulePtr& m) {
+  if (!m) return nullptr;
+  const Module& mod = *m;
+  return typeid(mod) == typeid(Conv2d) ? static_cast<const Conv2d*>(m.get()) : nullptr;
+}
+const MaxPool2d* as_max_pool(const ModulePtr& m) {
+  if (!m) return nullptr;
+  const Module& mod = *m;
+  return typeid(mod) == typeid(MaxPool2d) ? static_cast<const MaxPool2d*>(m.get()) : nullptr;
+}
 // The activation of a module that is exactly a ReLU or a GELU with a valid form.
 std::optional<Activation> activation_of(const ModulePtr& m) {
   if (!m) return std::nullopt;
@@ -230,6 +240,19 @@ Tensor Sequential::forward(const Tensor& x) {
     return i < n ? modules_[i] : none;
   };
   for (size_t i = 0; i < n;) {
+    // Conv2d, [ReLU,] MaxPool2d: one conv2d_block.
+    if (const Conv2d* c = fusion_ ? as_conv(at(i)) : nullptr) {
+      const bool relu = activation_of(at(i + 1)) == Activation::Relu;
+      if (const MaxPool2d* mp = as_max_pool(at(i + (relu ? 2 : 1)))) {
+        const auto& o = c->options;
+        h = conv2d_block(h, c->weight, c->bias,
+                         {{o.stride, o.stride}, {o.padding, o.padding}, {o.dilation, o.dilation}, o.groups},
+                         relu ? Activation::Relu : Activation::None,
+                         {{mp->kernel_size, mp->kernel_size}, {mp->stride, mp->stride}, {mp->padding, mp->padding}});
+        i += relu ? 3 : 2;
+        continue;
+      }
+    }
     const Linear* l1 = fusion_ ? as_linear(at(i)) : nullptr;
     const std::optional<Activation> act = l1 ? activation_of(at(i + 1)) : std::nullopt;
     if (act) {

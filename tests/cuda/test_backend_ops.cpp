@@ -332,6 +332,16 @@ std::vector<Case> all_cases() {
                                   },
                                   {uniform_in({2, 3, 11, 12})}, dt, 1.0);
                }});
+  c.push_back({"conv2d_block", {"conv2d_block", "conv2d_block_backward"}, kFloats, [](DType dt) {
+                 compare_backends("conv2d_block",
+                                  [](const TensorList& x) {
+                                    return TensorList{conv2d_block(x[0], x[1], x[2], {.padding = {1, 1}}, Activation::Relu),
+                                                      conv2d_block(x[0], x[3], Tensor(), {.groups = 2}, Activation::None,
+                                                                   {.kernel_size = {3, 3}, .ceil_mode = true})};
+                                  },
+                                  {uniform_in({2, 4, 10, 10}), uniform_in({6, 4, 3, 3}), uniform_in({6}), uniform_in({4, 2, 2, 3})},
+                                  dt, 8.0);
+               }});
   c.push_back({"avg_pool2d", {"avg_pool2d", "avg_pool2d_backward"}, kFloats, [](DType dt) {
                  compare_backends("avg_pool2d",
                                   [](const TensorList& x) {

@@ -69,6 +69,9 @@ struct Conv2dParams {
   int64_t groups = 1;
 };
 
+/// conv2d's output shape [N, OC, OH, OW] for an input of shape x and a weight of shape w.
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p);
+
 struct Pool2dParams {
   int64_t kernel[2] = {1, 1};
   int64_t stride[2] = {1, 1};
@@ -303,6 +306,18 @@ class Backend {
   virtual void avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p);
   virtual void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in,
                                    const Pool2dParams& p);
+  /// out = max_pool2d(act(conv2d(x, w) + bias)) for act None or Relu: a CNN's conv block
+  /// as one entry, so that a backend can keep the full-size activation in its own layout
+  /// between the three (oneDNN: blocked, with no reorder of it either way). bias may be
+  /// undefined. Returns what conv2d_block_backward needs besides x and w, in a form only
+  /// this backend reads.
+  virtual TensorList conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                  const Conv2dParams& p, Activation act, const Pool2dParams& pool);
+  /// The gradients of conv2d_block for g (out's shape): grad_x, grad_w and grad_bias are
+  /// written where defined (each may be undefined: not wanted).
+  virtual void conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
+                                     const Conv2dParams& p, Activation act, const Pool2dParams& pool,
+                                     const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias);
 
   // ---- normalisation -----------------------------------------------------------------
   /// Softmax (or log-softmax) of contiguous x along dim.
@@ -392,6 +407,14 @@ class Backend {
   void linear_act_backward_composed(const Tensor& g, const Tensor& next_weight, const Tensor& out,
                                     const Tensor& pre, Activation act, const Tensor& grad_pre,
                                     const Tensor& grad_bias);
+  // The two conv2d_block entries composed from this backend's conv2d, unary, max_pool2d and
+  // their backwards (what a backend without a fused form runs, and the CPU's fallback
+  // where the activation holds a NaN): saved is {the activation, max_pool2d's result}.
+  TensorList conv2d_block_composed(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                   const Conv2dParams& p, Activation act, const Pool2dParams& pool);
+  void conv2d_block_backward_composed(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
+                                      const Conv2dParams& p, Activation act, const Pool2dParams& pool,
+                                      const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias);
   // The two attention entries composed from this backend's own matmul, binary, unary,
   // compare, where, reduce, softmax_backward, uniform and copies: the [N, Tq, Tk] scores
   // and probabilities are materialised (float32; float64 for float64). What a backend

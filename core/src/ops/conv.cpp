@@ -5,7 +5,9 @@
 // the backend's backward-data and backward-weights kernels (the latter also sums the bias
 // gradient); it saves the input only when the weight needs a gradient and the weight only
 // when the input does. max_pool2d saves what its kernel returns (argmax indices or a
-// workspace) to route the gradient.
+// workspace) to route the gradient. conv2d_block (conv, activation, max pooling as one op)
+// saves the input and the weight (its backend needs their shapes even for the bias's
+// gradient alone) and what the backend returned.
 #include <array>
 
 #include "ampgrad/dispatch.h"
@@ -51,7 +53,7 @@ struct PoolSetup {
   int64_t oh = 0, ow = 0;
 };
 
-PoolSetup pool_setup(const Tensor& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
+PoolSetup pool_setup(const Shape& x, const std::vector<int64_t>& kernel, const std::vector<int64_t>& stride,
                      const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation,
                      bool ceil_mode, const char* op) {
   PoolSetup s;
@@ -71,16 +73,78 @@ PoolSetup pool_setup(const Tensor& x, const std::vector<int64_t>& kernel, const 
     s.p.dilation[i] = dil[i];
   }
   s.p.ceil_mode = ceil_mode;
-  s.oh = pool_out(x.size(-2), k[0], st[0], pad[0], dil[0], ceil_mode, op);
-  s.ow = pool_out(x.size(-1), k[1], st[1], pad[1], dil[1], ceil_mode, op);
-  AG_CHECK(s.oh > 0 && s.ow > 0, op, "input of shape ", x.sizes(), " is too small for kernel_size ",
+  s.oh = pool_out(x[x.size() - 2], k[0], st[0], pad[0], dil[0], ceil_mode, op);
+  s.ow = pool_out(x[x.size() - 1], k[1], st[1], pad[1], dil[1], ceil_mode, op);
+  AG_CHECK(s.oh > 0 && s.ow > 0, op, "input of shape ", x, " is too small for kernel_size ",
            std::vector<int64_t>{k[0], k[1]}, " with padding ", std::vector<int64_t>{pad[0], pad[1]},
            " and dilation ", std::vector<int64_t>{dil[0], dil[1]}, ": the output would be [", s.oh, ", ",
            s.ow, "]");
   return s;
 }
 
-Shape pool_out_shape(const Tensor& x, const PoolSetup& s) { return {x.size(0), x.size(1), s.oh, s.ow}; }
+Shape pool_out_shape(const Shape& x, const PoolSetup& s) { return {x[0], x[1], s.oh, s.ow}; }
+
+// conv2d's argument checks for a 4-D input (the op named `op`): the backend's parameters
+// and the output's shape.
+struct ConvSetup {
+  Conv2dParams p;
+  Shape out;
+};
+
+ConvSetup conv_setup(const Tensor& x, const Tensor& weight, const Tensor& bias, const std::vector<int64_t>& stride,
+                     const std::vector<int64_t>& padding, const std::vector<int64_t>& dilation, int64_t groups,
+                     const char* op) {
+  ConvSetup cs;
+  Conv2dParams& p = cs.p;
+  AG_CHECK(weight.dim() == 4, op, "weight must be 4-D [out_channels, in_channels / groups, kH, kW], got shape ",
+           weight.sizes());
+  detail::check_same_device(x, weight, op);
+  if (bias.defined()) detail::check_same_device(x, bias, op);
+  AG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), op,
+           "expected input, weight and bias to have one dtype, got ", dtype_name(x.dtype()), ", ",
+           dtype_name(weight.dtype()), " and ", bias.defined() ? dtype_name(bias.dtype()) : "no bias");
+  AG_CHECK(groups > 0, op, "groups must be positive, got ", groups);
+  const int64_t C = x.size(1), OC = weight.size(0);
+  AG_CHECK(OC % groups == 0, op, "out_channels ", OC, " of weight of shape ", weight.sizes(),
+           " is not divisible by groups=", groups);
+  const int64_t expect_c = checked_mul(weight.size(1), groups, op, "in_channels / groups * groups");
+  AG_CHECK(expect_c == C, op, "input of shape ", x.sizes(), " has ", C, " channels, but weight of shape ",
+           weight.sizes(), " with groups=", groups, " expects ", expect_c);
+  AG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), op, "bias must have shape [",
+           OC, "], got ", bias.defined() ? bias.sizes() : Shape());
+
+  p.groups = groups;
+  const auto st = pair_arg(stride, op, "stride"), pad = pair_arg(padding, op, "padding"),
+             dil = pair_arg(dilation, op, "dilation");
+  int64_t out_hw[2];
+  for (int i = 0; i < 2; ++i) {
+    AG_CHECK(st[i] > 0 && dil[i] > 0 && pad[i] >= 0, op,
+             "stride and dilation must be positive and padding non-negative, got stride ",
+             std::vector<int64_t>{st[0], st[1]}, ", padding ", std::vector<int64_t>{pad[0], pad[1]},
+             ", dilation ", std::vector<int64_t>{dil[0], dil[1]});
+    p.stride[i] = st[i];
+    p.padding[i] = pad[i];
+    p.dilation[i] = dil[i];
+  }
+  // The dilated kernel and the padded input, checked: huge dilation or padding would wrap.
+  const auto dilated = [&](int i) {
+    return checked_add(checked_mul(dil[i], weight.size(2 + i) - 1, op, "the dilated kernel size"), 1,
+                       op, "the dilated kernel size");
+  };
+  const auto padded = [&](int i) {
+    return checked_add(x.size(2 + i), checked_mul(2, pad[i], op, "the padding"), op,
+                       "the padded input size");
+  };
+  const int64_t ekh = dilated(0), ekw = dilated(1), ph = padded(0), pw = padded(1);
+  AG_CHECK(ekh <= ph && ekw <= pw, op, "kernel of shape ", weight.sizes(), " (dilated size [", ekh,
+           ", ", ekw, "]) is larger than the padded input of size [", ph, ", ", pw, "] (input shape ",
+           x.sizes(), ", padding ", std::vector<int64_t>{pad[0], pad[1]}, ")");
+  out_hw[0] = (ph - ekh) / st[0] + 1;
+  out_hw[1] = (pw - ekw) / st[1] + 1;
+
+  cs.out = {x.size(0), OC, out_hw[0], out_hw[1]};
+  return cs;
+}
 
 }  // namespace
 
@@ -92,56 +156,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
   detail::check_defined(weight, "conv2d", "weight");
   if (x.dim() == 3)
     return squeeze(conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups), 0);
-  AG_CHECK(weight.dim() == 4, "conv2d", "weight must be 4-D [out_channels, in_channels / groups, kH, kW], got shape ",
-           weight.sizes());
-  detail::check_same_device(x, weight, "conv2d");
-  if (bias.defined()) detail::check_same_device(x, bias, "conv2d");
-  AG_CHECK(weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), "conv2d",
-           "expected input, weight and bias to have one dtype, got ", dtype_name(x.dtype()), ", ",
-           dtype_name(weight.dtype()), " and ", bias.defined() ? dtype_name(bias.dtype()) : "no bias");
-  AG_CHECK(groups > 0, "conv2d", "groups must be positive, got ", groups);
-  const int64_t C = x.size(1), OC = weight.size(0);
-  AG_CHECK(OC % groups == 0, "conv2d", "out_channels ", OC, " of weight of shape ", weight.sizes(),
-           " is not divisible by groups=", groups);
-  const int64_t expect_c = checked_mul(weight.size(1), groups, "conv2d", "in_channels / groups * groups");
-  AG_CHECK(expect_c == C, "conv2d", "input of shape ", x.sizes(), " has ", C, " channels, but weight of shape ",
-           weight.sizes(), " with groups=", groups, " expects ", expect_c);
-  AG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == OC), "conv2d", "bias must have shape [",
-           OC, "], got ", bias.defined() ? bias.sizes() : Shape());
-
-  Conv2dParams p;
-  p.groups = groups;
-  const auto st = pair_arg(stride, "conv2d", "stride"), pad = pair_arg(padding, "conv2d", "padding"),
-             dil = pair_arg(dilation, "conv2d", "dilation");
-  int64_t out_hw[2];
-  for (int i = 0; i < 2; ++i) {
-    AG_CHECK(st[i] > 0 && dil[i] > 0 && pad[i] >= 0, "conv2d",
-             "stride and dilation must be positive and padding non-negative, got stride ",
-             std::vector<int64_t>{st[0], st[1]}, ", padding ", std::vector<int64_t>{pad[0], pad[1]},
-             ", dilation ", std::vector<int64_t>{dil[0], dil[1]});
-    p.stride[i] = st[i];
-    p.padding[i] = pad[i];
-    p.dilation[i] = dil[i];
-  }
-  // The dilated kernel and the padded input, checked: huge dilation or padding would wrap.
-  const auto dilated = [&](int i) {
-    return checked_add(checked_mul(dil[i], weight.size(2 + i) - 1, "conv2d", "the dilated kernel size"), 1,
-                       "conv2d", "the dilated kernel size");
-  };
-  const auto padded = [&](int i) {
-    return checked_add(x.size(2 + i), checked_mul(2, pad[i], "conv2d", "the padding"), "conv2d",
-                       "the padded input size");
-  };
-  const int64_t ekh = dilated(0), ekw = dilated(1), ph = padded(0), pw = padded(1);
-  AG_CHECK(ekh <= ph && ekw <= pw, "conv2d", "kernel of shape ", weight.sizes(), " (dilated size [", ekh,
-           ", ", ekw, "]) is larger than the padded input of size [", ph, ", ", pw, "] (input shape ",
-           x.sizes(), ", padding ", std::vector<int64_t>{pad[0], pad[1]}, ")");
-  out_hw[0] = (ph - ekh) / st[0] + 1;
-  out_hw[1] = (pw - ekw) / st[1] + 1;
-
+  const ConvSetup cs = conv_setup(x, weight, bias, stride, padding, dilation, groups, "conv2d");
+  const Conv2dParams& p = cs.p;
   const Tensor xc = detail::contiguous_raw(x), wc = detail::contiguous_raw(weight);
   const Tensor bc = bias.defined() ? detail::contiguous_raw(bias) : bias;
-  Tensor out = make_tensor({x.size(0), OC, out_hw[0], out_hw[1]}, x.dtype(), x.device(), "conv2d");
+  Tensor out = make_tensor(cs.out, x.dtype(), x.device(), "conv2d");
   backend(x.device(), "conv2d").conv2d(xc, wc, bc, out, p);
   if (any_requires_grad({&x, &weight, &bias}))
     record("conv2d", {x, weight, bias}, {out},
@@ -169,9 +188,9 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
   check_input_4d(x, "max_pool2d");
   if (x.dim() == 3)
     return squeeze(max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode), 0);
-  const PoolSetup s = pool_setup(x, kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d");
+  const PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d");
   const Tensor xc = detail::contiguous_raw(x);
-  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device(), "max_pool2d");
+  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), "max_pool2d");
   Tensor saved = backend(x.device(), "max_pool2d").max_pool2d(xc, out, s.p);
   if (any_requires_grad({&x}))
     record("max_pool2d", {x}, {out},
@@ -190,9 +209,9 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
   check_input_4d(x, "avg_pool2d");
   if (x.dim() == 3)
     return squeeze(avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode, count_include_pad), 0);
-  PoolSetup s = pool_setup(x, kernel_size, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
+  PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
   s.p.count_include_pad = count_include_pad;
-  Tensor out = make_tensor(pool_out_shape(x, s), x.dtype(), x.device(), "avg_pool2d");
+  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), "avg_pool2d");
   backend(x.device(), "avg_pool2d").avg_pool2d(detail::contiguous_raw(x), out, s.p);
   if (any_requires_grad({&x}))
     record("avg_pool2d", {x}, {out}, [xs = x.sizes(), p = s.p](const TensorList& g, GradMask) -> TensorList {
@@ -201,6 +220,41 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
       backend(gy.device(), "avg_pool2d").avg_pool2d_backward(gy, gx, p);
       return {gx};
     });
+  return out;
+}
+
+
+Tensor conv2d_block(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dArgs& conv,
+                    Activation act, const MaxPool2dArgs& pool) {
+  static constexpr const char* op = "conv2d_block";
+  if (auto in = dispatch::autocast("conv2d", x, weight, bias))
+    return conv2d_block((*in)[0], (*in)[1], (*in)[2], conv, act, pool);
+  check_input_4d(x, op);
+  detail::check_defined(weight, op, "weight");
+  AG_CHECK(act == Activation::None || act == Activation::Relu, op, "the activation must be none or relu, got ",
+           activation_name(act));
+  if (x.dim() == 3) return squeeze(conv2d_block(unsqueeze(x, 0), weight, bias, conv, act, pool), 0);
+  const ConvSetup cs = conv_setup(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups, op);
+  const PoolSetup ps =
+      pool_setup(cs.out, pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode, op);
+  const Tensor xc = detail::contiguous_raw(x), wc = detail::contiguous_raw(weight);
+  const Tensor bc = bias.defined() ? detail::contiguous_raw(bias) : bias;
+  Tensor out = make_tensor(pool_out_shape(cs.out, ps), x.dtype(), x.device(), op);
+  TensorList saved = backend(x.device(), op).conv2d_block(xc, wc, bc, out, cs.p, act, ps.p);
+  if (any_requires_grad({&x, &weight, &bias}))
+    record(op, {x, weight, bias}, {out},
+           [sx = SavedTensor(xc), sw = SavedTensor(wc), saved = std::move(saved), p = cs.p, pp = ps.p, act,
+            xs = x.sizes(),
+            ws = weight.sizes()](const TensorList& g, GradMask need) -> TensorList {
+             const Tensor gy = detail::contiguous_raw(g[0]);
+             Tensor gx, gw, gb;
+             if (need[0]) gx = make_tensor(xs, gy.dtype(), gy.device());
+             if (need[1]) gw = make_tensor(ws, gy.dtype(), gy.device());
+             if (need[2]) gb = make_tensor({ws[0]}, gy.dtype(), gy.device());
+             backend(gy.device(), op)
+                 .conv2d_block_backward(gy, sx.get(), sw.get(), saved, p, act, pp, gx, gw, gb);
+             return {gx, gw, gb};
+           });
   return out;
 }
 

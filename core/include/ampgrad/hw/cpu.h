@@ -40,6 +40,7 @@ CpuFeatures detect_cpu_features();
 /// tanh, sigmoid, GELU, SiLU, pow and the activation gradients, on float32, bfloat16 and
 /// float16 tensors) runs with: "avx512", "avx2" or "sse2" (SLEEF's vector functions, chosen
 /// at run time), or "none" (the scalar functors; a build without SLEEF or off x86-64).
+/// conv2d_block's pooling follows it too: AVX-512 with "avx512", plain loops otherwise.
 /// The environment variable AMPGRAD_VMATH sets the initial value.
 std::string vector_math_isa();
 /// The widest set this build and CPU can run (what vector_math_isa() starts as).

@@ -79,4 +79,25 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size,
                   std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0},
                   bool ceil_mode = false, bool count_include_pad = true);
 
+/// conv2d's arguments, for conv2d_block.
+struct Conv2dArgs {
+  std::vector<int64_t> stride = {1, 1}, padding = {0, 0}, dilation = {1, 1};
+  int64_t groups = 1;
+};
+/// max_pool2d's arguments, for conv2d_block (stride empty: kernel_size).
+struct MaxPool2dArgs {
+  std::vector<int64_t> kernel_size = {2, 2}, stride = {}, padding = {0, 0}, dilation = {1, 1};
+  bool ceil_mode = false;
+};
+/// max_pool2d(act(conv2d(x, weight, bias, conv)), pool) as one op with one backward node,
+/// act None or Relu: a CNN's conv block (nn::Sequential runs Conv2d, ReLU, MaxPool2d
+/// through it). Same values, gradients and errors as the three ops (errors name
+/// conv2d_block), and the same autocast row as conv2d. On the CPU with oneDNN the
+/// full-size activation stays in oneDNN's blocked layout from the convolution to the
+/// pooling and back, so only the smaller pooled tensor and the input are reordered; where
+/// the activation holds a NaN (or -inf without the ReLU), pooling takes the loops that let
+/// it win its window, as max_pool2d does. Other backends compose the three.
+Tensor conv2d_block(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dArgs& conv,
+                    Activation act, const MaxPool2dArgs& pool = {});
+
 }  // namespace ampgrad

@@ -91,7 +91,8 @@ using ModulePtr = std::shared_ptr<Module>;
 ///
 /// Fusion (on by default): a Linear followed by a ReLU or GELU runs as one
 /// linear-with-activation op, and Linear, activation, Linear (not followed by another
-/// activation) as one feed_forward op (ops/nn.h). Only modules of exactly those types are
+/// activation) as one feed_forward op, and Conv2d, ReLU (optional), MaxPool2d as one
+/// conv2d_block op (ops/nn.h). Only modules of exactly those types are
 /// fused (a subclass may change forward); parameters, names and results are the same as
 /// running the modules one by one, within rounding. set_fusion(false) runs every module's
 /// own forward.
