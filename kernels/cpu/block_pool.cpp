@@ -23,8 +23,10 @@
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start masked conversions from an "undefined" vector, which its
 // -Wmaybe-uninitialized reports at every use.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 #endif
 
@@ -290,6 +292,6 @@ void block_pool_backward(DType dtype, const void* g, const uint8_t* arg, const B
 
 }  // namespace ampgrad::cpu
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
