@@ -3,7 +3,7 @@ JOBS ?= 2
 BUILD ?= build/release
 BUILD_LITE ?= build/lite
 # clang with AddressSanitizer, UndefinedBehaviorSanitizer and the libFuzzer targets (Eigen
-# only: oneDNN's JIT and the CUDA runtime are not built for the sanitizers).
+# only: oneDNN's JIT, the CUDA runtime and OpenMPI are not built for the sanitizers).
 BUILD_SAN ?= build/sanitize
 FUZZ_SECONDS ?= 120
 # make test's fuzz smoke: each libFuzzer target for this long.
@@ -34,16 +34,16 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The lightest embedding: Eigen alone, no oneDNN, no CUDA.
+# The lightest embedding: Eigen alone, no oneDNN, no CUDA, no MPI.
 build-lite: deps
-	@cmake -S . -B $(BUILD_LITE) -DCMAKE_BUILD_TYPE=Release -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF \
+	@cmake -S . -B $(BUILD_LITE) -DCMAKE_BUILD_TYPE=Release -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF -DAMPGRAD_MPI=OFF \
 	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_LITE) -j $(JOBS)
 
 configure-sanitize: deps
 	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF \
+	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF -DAMPGRAD_MPI=OFF \
 	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF >/dev/null
 
 build-sanitize: configure-sanitize
