@@ -4,7 +4,10 @@
 // AMPGRAD_DIST_CASE names them, each in its own mpirun, since they end the job.
 #include "support/testing.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -114,6 +117,96 @@ TEST(Dist, BadArgumentsNameTheCollective) {
   EXPECT_AG_ERROR(pg().broadcast(m, pg().size()), "[broadcast] the source rank must be in [0, ");
   EXPECT_AG_ERROR(pg().set_timeout(std::chrono::milliseconds(0)), "the timeout must be positive");
   pg().barrier();  // every rank still in step after the refusals (none reached MPI)
+}
+
+// ---- Lite with strategy "ddp" -------------------------------------------------------------
+
+namespace {
+
+std::shared_ptr<nn::Sequential> make_mlp() {
+  return std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
+      std::make_shared<nn::Linear>(8, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Linear>(16, 4)});
+}
+
+// 20 steps on rank r's B samples of a global batch of size * B, against one process that
+// trains a copy of rank 0's initial model on all size * B samples: the same parameters.
+template <class MakeOpt>
+void expect_ddp_matches_one_process(const MakeOpt& make_opt, double tol) {
+  const int r = pg().rank(), n = pg().size();
+  const int64_t B = 6;
+  manual_seed(1000 + uint64_t(r));  // a different initialisation on every rank: setup must broadcast rank 0's
+  auto net = make_mlp();
+  auto opt = make_opt(net->parameters());
+  Lite lite({.accelerator = "cpu", .precision = "32-true", .strategy = "ddp"});
+  EXPECT_EQ(lite.rank(), r);
+  EXPECT_EQ(lite.world_size(), n);
+  auto [model, o] = lite.setup(net, *opt);
+  // The reference: rank 0's initial parameters (every rank holds them now), one process.
+  auto ref = make_mlp();
+  {
+    NoGradGuard ng;
+    const auto src = net->parameters();
+    const auto dst = ref->parameters();
+    for (size_t i = 0; i < src.size(); ++i) Tensor(dst[i]).copy_(src[i]);
+  }
+  auto ref_opt = make_opt(ref->parameters());
+  for (int step = 0; step < 20; ++step) {
+    manual_seed(77 + uint64_t(step));  // the same global batch on every rank
+    const Tensor x = randn({n * B, 8}), y = randint(0, 4, {n * B});
+    o.zero_grad();
+    lite.backward(cross_entropy(model(narrow(x, 0, r * B, B)), narrow(y, 0, r * B, B)));
+    o.step();
+    ref_opt->zero_grad();
+    cross_entropy(ref->forward(x), y).backward();
+    ref_opt->step();
+  }
+  const auto got = net->parameters(), want = ref->parameters();
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(agt::allclose(got[i], want[i], 0, tol)) << "parameter " << i;
+  // and every rank holds the same values
+  for (const Tensor& p : got) {
+    Tensor mx = p.detach().clone(), mn = p.detach().clone();
+    pg().all_reduce(mx, dist::ReduceOp::Max);
+    pg().all_reduce(mn, dist::ReduceOp::Min);
+    EXPECT_TRUE(agt::allclose(mx, mn, 0, 0));
+  }
+}
+
+}  // namespace
+
+TEST(LiteDdp, SgdMatchesOneProcessWithTheWholeBatch) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  expect_ddp_matches_one_process(
+      [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(p, optim::SGDOptions{.lr = 0.1, .momentum = 0.9}); },
+      1e-6);
+}
+
+TEST(LiteDdp, AdamWMatchesOneProcessWithTheWholeBatch) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  expect_ddp_matches_one_process(
+      [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(p, optim::AdamWOptions{.lr = 1e-2}); }, 1e-6);
+}
+
+TEST(LiteDdp, CollectivesRank0OnlyPrintAndSave) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  Lite lite({.accelerator = "cpu", .precision = "32-true", .strategy = "ddp"});
+  EXPECT_EQ(lite.is_global_zero(), pg().rank() == 0);
+  Tensor t = full({3}, double(lite.rank() + 1));
+  lite.all_reduce(t, dist::ReduceOp::Sum);
+  EXPECT_EQ(t.to_vector<double>(), std::vector<double>(3, lite.world_size() * (lite.world_size() + 1) / 2.0));
+  EXPECT_EQ(lite.all_gather(scalar_tensor(double(lite.rank()))).sizes(), Shape({lite.world_size()}));
+  // save: rank 0 writes the one file (a name per job, so that ranks agree on it), every
+  // rank then reads it
+  Tensor job = scalar_tensor(int64_t(::getpid()));
+  lite.broadcast(job, 0);
+  const std::string path = ::testing::TempDir() + "ddp-" + std::to_string(job.item<int64_t>()) + ".safetensors";
+  int64_t counter = 40 + lite.rank();  // differs by rank: only rank 0's value is written
+  lite.save(path, {{"counter", counter}});
+  int64_t back = -1;
+  lite.load(path, {{"counter", back}});
+  EXPECT_EQ(back, 40);
+  lite.barrier();
+  if (lite.is_global_zero()) std::remove(path.c_str());
+  EXPECT_AG_ERROR(Lite({.accelerator = "cpu", .strategy = "fsdp"}), "[Lite] unknown strategy \"fsdp\" (single, ddp)");
 }
 
 // Rank 1 stops calling the collectives: rank 0's all_reduce ends after the timeout with an

@@ -127,6 +127,50 @@ StepResult LiteCore::step(optim::Optimizer& opt) {
   return ok;
 }
 
+void LiteCore::sync_module(nn::Module& module) {
+  if (group == nullptr) return;
+  NoGradGuard ng;
+  for (const Tensor& p : module.parameters()) {
+    group->broadcast(p, 0);
+    if (std::find_if(synced.begin(), synced.end(), [&](const Tensor& q) { return q.unsafe_impl() == p.unsafe_impl(); }) == synced.end())
+      synced.push_back(p);
+  }
+  for (auto& [name, b] : module.named_buffers()) group->broadcast(b, 0);
+}
+
+void LiteCore::average_gradients() {
+  if (group == nullptr || group->size() == 1) return;
+  NoGradGuard ng;
+  // Buckets of gradients of one dtype, filled from the last parameter registered (the
+  // first whose gradient backward finishes), each reduced as one flat tensor.
+  std::vector<Tensor> bucket;
+  int64_t bytes = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<Tensor> flat;
+    for (const Tensor& g : bucket) flat.push_back(reshape(g, {g.numel()}));
+    Tensor buf = bucket.size() == 1 ? flat.front().contiguous() : cat(flat);
+    group->all_reduce(buf, dist::ReduceOp::Avg);
+    int64_t at = 0;
+    for (const Tensor& g : bucket) {
+      Tensor(g).copy_(reshape(narrow(buf, 0, at, g.numel()), g.sizes()));
+      at += g.numel();
+    }
+    bucket.clear();
+    bytes = 0;
+  };
+  for (auto it = synced.rbegin(); it != synced.rend(); ++it) {
+    const Tensor g = it->grad();
+    AG_CHECK(g.defined(), "Lite::backward", "a parameter of shape ", it->sizes(),
+             " got no gradient on this rank: under ddp every rank must compute every parameter's gradient "
+             "(the averaging would wait for it on the other ranks)");
+    if (!bucket.empty() && (g.dtype() != bucket.front().dtype() || bytes >= kBucketBytes)) flush();
+    bucket.push_back(g);
+    bytes += g.numel() * int64_t(itemsize(g.dtype()));
+  }
+  flush();
+}
+
 void LiteCore::warn(const std::string& line) const {
   if (options.warn) options.warn(line);
   else std::fprintf(stderr, "warning: %s\n", line.c_str());
@@ -145,7 +189,29 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   core_->device = core_->decision.devices.front();
   core_->plugin = make_precision_plugin(core_->decision.precision, core_->device.type, {.scaler = o.scaler});
   core_->description = ampgrad::describe(profile, core_->decision);
-  if (!core_->decision.warning.empty()) core_->warn(core_->decision.warning);
+  AG_CHECK(o.strategy == "single" || o.strategy == "ddp", "Lite", "unknown strategy \"", o.strategy,
+           "\" (single, ddp)");
+  if (o.strategy == "ddp") {
+    AG_CHECK(core_->device.type == kCPU, "Lite", "strategy ddp runs on CPU tensors for now (", core_->device,
+             " needs the NCCL backend, not built yet)");
+    core_->group = &dist::ProcessGroup::world();
+  }
+  if (!core_->decision.warning.empty() && is_global_zero()) core_->warn(core_->decision.warning);
+}
+
+void Lite::barrier() const {
+  if (core_->group) core_->group->barrier();
+}
+void Lite::all_reduce(const Tensor& t, dist::ReduceOp op) const {
+  if (core_->group) core_->group->all_reduce(t, op);
+}
+void Lite::broadcast(const Tensor& t, int src) const {
+  AG_CHECK(src >= 0 && src < world_size(), "broadcast", "the source rank must be in [0, ", world_size(), "), got ", src);
+  if (core_->group) core_->group->broadcast(t, src);
+}
+Tensor Lite::all_gather(const Tensor& t) const {
+  if (core_->group) return core_->group->all_gather(t);
+  return t.dim() == 0 ? reshape(t, {1}).clone() : t.clone();
 }
 
 void Lite::convert(nn::Module& module) {
@@ -168,6 +234,7 @@ void Lite::backward(const Tensor& loss) {
   core_->finish_iteration();  // a new iteration: apply the pending scale update first
   LiteBackwardScope scope;
   core_->plugin->backward(loss);
+  core_->average_gradients();
 }
 
 Tensor Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {
@@ -195,7 +262,8 @@ void Lite::save(const std::string& path, const LiteState& state) {
   meta["lite.precision"] = precision_name(precision());
   meta["lite.rng_seed"] = std::to_string(seed);
   meta["lite.rng_offset"] = std::to_string(offset);
-  nn::save(path, tensors, meta);
+  if (is_global_zero()) nn::save(path, tensors, meta);
+  barrier();  // the file is complete before any rank goes on (and may load it)
 }
 
 namespace {

@@ -42,6 +42,7 @@
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
 #include "ampgrad/optim/scheduler.h"
+#include "ampgrad/wrappers/distributed.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
 
@@ -68,6 +69,11 @@ struct LiteOptions {
   std::string accelerator = "auto";
   /// A precision string or "auto"; empty: AMPGRAD_PRECISION, else "32-true".
   std::string precision;
+  /// "single": this process alone. "ddp": one process of a data-parallel job started by
+  /// mpirun (docs/distributed.md): setup broadcasts rank 0's parameters and buffers,
+  /// backward averages the gradients over the ranks, print and save run on rank 0 only.
+  /// CPU tensors only for now (CUDA needs the NCCL backend).
+  std::string strategy = "single";
   OutputConversion output_conversion = OutputConversion::ToDefault;
   /// 16-true / bf16-true: keep float32 master weights in the optimizers (made from the
   /// float32 values before the model is converted).
@@ -85,6 +91,10 @@ namespace detail {
 /// State shared by a Lite and the wrappers it hands out (they may outlive the Lite).
 struct LiteCore {
   LiteOptions options;
+  /// "ddp": the job's process group; null for "single".
+  dist::ProcessGroup* group = nullptr;
+  /// "ddp": the parameters of every module set up, whose gradients backward averages.
+  std::vector<Tensor> synced;
   PrecisionDecision decision;
   Device device;
   std::unique_ptr<PrecisionPlugin> plugin;
@@ -104,6 +114,13 @@ struct LiteCore {
   void unscale(optim::Optimizer& opt);
   StepResult step(optim::Optimizer& opt);
   void warn(const std::string& line) const;
+  /// "ddp": rank 0's parameters and buffers of module on every rank, and its parameters
+  /// added to those whose gradients are averaged.
+  void sync_module(nn::Module& module);
+  /// "ddp": every gradient of `synced` = its mean over the ranks, in buckets of about
+  /// kBucketBytes (reverse registration order: the order backward finishes them).
+  void average_gradients();
+  static constexpr int64_t kBucketBytes = 25 << 20;
 };
 
 }  // namespace detail
@@ -323,6 +340,7 @@ class Lite {
   LiteModule<M> setup_module(std::shared_ptr<M> module) {
     AG_CHECK(module != nullptr, "Lite::setup", "the module is null");
     convert(*module);
+    core_->sync_module(*module);
     return LiteModule<M>(std::move(module), core_);
   }
   /// Under 16-true / bf16-true with master_weights, turns the optimizer's float32 master
@@ -354,9 +372,24 @@ class Lite {
 
   /// Seeds ampgrad's generator (initialisation, shuffling, dropout).
   void seed_everything(uint64_t seed) const;
-  /// Prints to standard output (only the main process, once distributed training exists).
+  /// The strategy ("single" or "ddp"), this process's rank in the job, the number of
+  /// processes, and the rank among those on this machine (0, 1, 0 for "single").
+  const std::string& strategy() const { return core_->options.strategy; }
+  int rank() const { return core_->group ? core_->group->rank() : 0; }
+  int world_size() const { return core_->group ? core_->group->size() : 1; }
+  int local_rank() const { return core_->group ? core_->group->local_rank() : 0; }
+  bool is_global_zero() const { return rank() == 0; }
+  /// The job's collectives (distributed.h); for "single", those of a job of one: barrier,
+  /// all_reduce and broadcast leave t as it is, all_gather returns a copy ([1] for 0-dim).
+  void barrier() const;
+  void all_reduce(const Tensor& t, dist::ReduceOp op = dist::ReduceOp::Sum) const;
+  void broadcast(const Tensor& t, int src = 0) const;
+  Tensor all_gather(const Tensor& t) const;
+
+  /// Prints to standard output, on rank 0 only.
   template <class... A>
   void print(const A&... parts) const {
+    if (!is_global_zero()) return;
     std::ostringstream os;
     (os << ... << parts);
     std::printf("%s\n", os.str().c_str());
@@ -369,7 +402,9 @@ class Lite {
   int64_t skipped_steps() const;
 
   /// Writes every item of `state` plus the precision plugin's state (the grad scaler's)
-  /// and the random generator's position to one safetensors file, atomically.
+  /// and the random generator's position to one safetensors file, atomically. Under
+  /// "ddp" rank 0 writes and every rank returns once the file is there (the ranks hold
+  /// the same parameters).
   void save(const std::string& path, const LiteState& state);
   /// Restores every item of `state` from a file written by save(), plus the plugin's state
   /// and the generator's position. Missing items are an error naming them; so are, when
