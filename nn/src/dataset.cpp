@@ -24,11 +24,11 @@ Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
   return {index_select(inputs_, 0, idx), index_select(targets_, 0, idx)};
 }
 
-std::vector<int64_t> random_permutation(int64_t n) {
+namespace {
+// Fisher-Yates from Philox counters (seed, offset + i).
+std::vector<int64_t> permutation_from(int64_t n, uint64_t seed, uint64_t offset) {
   std::vector<int64_t> p(size_t(std::max<int64_t>(n, 0)));
   for (int64_t i = 0; i < n; ++i) p[size_t(i)] = i;
-  if (n < 2) return p;
-  const auto [seed, offset] = generator_advance(uint64_t(n));
   for (int64_t i = n - 1; i > 0; --i) {
     const kernels::Philox4x32 r(seed, offset + uint64_t(i));
     const uint64_t bits = (uint64_t(r.out[0]) << 32) | r.out[1];
@@ -36,11 +36,21 @@ std::vector<int64_t> random_permutation(int64_t n) {
   }
   return p;
 }
+}  // namespace
+
+std::vector<int64_t> random_permutation(int64_t n) {
+  if (n < 2) return permutation_from(n, 0, 0);
+  const auto [seed, offset] = generator_advance(uint64_t(n));
+  return permutation_from(n, seed, offset);
+}
 
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
   AG_CHECK(dataset_ != nullptr, "DataLoader", "dataset is null");
   AG_CHECK(options_.batch_size > 0, "DataLoader", "batch_size must be positive, got ", options_.batch_size);
+  AG_CHECK(options_.num_shards >= 1 && options_.shard >= 0 && options_.shard < options_.num_shards, "DataLoader",
+           "shard must be in [0, num_shards) with num_shards >= 1, got shard ", options_.shard, " of ",
+           options_.num_shards);
   prefetch_ = options_.prefetch.value_or((options_.device && !options_.device->is_cpu()) ||
                                          unsigned(omp_get_max_threads()) < std::thread::hardware_concurrency());
   if (options_.device) {
@@ -58,19 +68,33 @@ std::optional<Stream> DataLoader::side_stream() const {
   return side_ ? std::optional<Stream>(*side_) : std::nullopt;
 }
 
+int64_t DataLoader::shard_size() const {
+  const int64_t n = dataset_->size(), s = options_.num_shards;
+  return (n + s - 1) / s;
+}
+
 int64_t DataLoader::num_batches() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = shard_size(), b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
 DataLoader::Iterator DataLoader::begin() const {
   const int64_t n = dataset_->size();
+  const uint64_t epoch = epoch_++;
   std::vector<int64_t> order;
-  if (options_.shuffle) {
+  if (options_.shuffle && options_.shuffle_seed) {
+    order = permutation_from(n, *options_.shuffle_seed, epoch << 40);  // 2^40 counters per epoch
+  } else if (options_.shuffle) {
     order = random_permutation(n);
   } else {
     order.resize(size_t(n));
     for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  }
+  if (options_.num_shards > 1 && n > 0) {
+    const int64_t S = options_.num_shards, per = shard_size();
+    std::vector<int64_t> mine(static_cast<size_t>(per));
+    for (int64_t i = 0; i < per; ++i) mine[size_t(i)] = order[size_t((i * S + options_.shard) % n)];  // padded by wrapping
+    order = std::move(mine);
   }
   return Iterator(this, std::make_shared<const std::vector<int64_t>>(std::move(order)), 0);
 }

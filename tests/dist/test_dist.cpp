@@ -209,6 +209,40 @@ TEST(LiteDdp, CollectivesRank0OnlyPrintAndSave) {
   EXPECT_AG_ERROR(Lite({.accelerator = "cpu", .strategy = "fsdp"}), "[Lite] unknown strategy \"fsdp\" (single, ddp)");
 }
 
+// Every sample once per epoch across the ranks (and the padding when the size does not
+// divide), each epoch in a new order that the ranks agree on.
+TEST(LiteDdp, DataLoaderGivesEachRankItsShard) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  Lite lite({.accelerator = "cpu", .precision = "32-true", .strategy = "ddp"});
+  const int n = lite.world_size();
+  for (int64_t size : {int64_t(12), int64_t(13)}) {
+    SCOPED_TRACE("dataset of " + std::to_string(size));
+    manual_seed(9 + uint64_t(lite.rank()));  // ranks' generators differ: the shared seed must not
+    auto ds = std::make_shared<data::TensorDataset>(arange(0, double(size)).reshape({size, 1}), zeros({size}, kInt64));
+    auto loader = lite.setup_dataloader(data::DataLoader(ds, {.batch_size = 4, .shuffle = true}));
+    const int64_t per = (size + n - 1) / n;
+    EXPECT_EQ(loader.loader().shard_size(), per);
+    std::vector<std::vector<int64_t>> epochs;
+    for (int e = 0; e < 2; ++e) {
+      std::vector<double> mine;
+      for (const auto& b : loader)
+        for (double v : b.input.to_vector<double>()) mine.push_back(v);
+      ASSERT_EQ(int64_t(mine.size()), per);
+      const auto all = lite.all_gather(from_vector(mine, {per})).to_vector<double>();
+      std::vector<int64_t> count(size_t(size), 0);
+      for (double v : all) ++count[size_t(v)];
+      int64_t twice = 0;
+      for (int64_t c : count) {
+        EXPECT_GE(c, 1);
+        twice += c - 1;
+      }
+      EXPECT_EQ(twice, per * n - size);  // the padding, and nothing else, repeats
+      epochs.emplace_back(all.begin(), all.end());
+    }
+    if (size > 2) EXPECT_NE(epochs[0], epochs[1]);  // reshuffled per epoch
+  }
+}
+
 // Rank 1 stops calling the collectives: rank 0's all_reduce ends after the timeout with an
 // error naming rank 1 (run.sh then checks that the job ended rather than hung).
 TEST(DistFailure, HungRankIsNamed) {

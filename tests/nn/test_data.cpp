@@ -591,3 +591,33 @@ TEST(DataFashionMnist, SmallFakeCopyLoadsNormalised) {
   data::write_idx(labels, from_vector<uint8_t>({9, 0, 255}, {3}));
   EXPECT_AG_ERROR(data::fashion_mnist(false, dir.path().string()), "label 255 at index 2 is out of range");
 }
+
+// Shards (what Lite's "ddp" gives each rank): with one shuffle_seed the loaders of all
+// shards agree on each epoch's order, so together they hold every example, the padding
+// repeats the order's start, and the next epoch has another order.
+TEST(DataLoader, ShardsOfOneSeedCoverEveryExampleOncePerEpoch) {
+  const int64_t size = 10, shards = 3;  // 4 per shard: 2 padded
+  auto ds = std::make_shared<data::TensorDataset>(arange(0, double(size)).reshape({size, 1}), zeros({size}, kInt64));
+  std::vector<data::DataLoader> loaders;
+  for (int64_t s = 0; s < shards; ++s)
+    loaders.emplace_back(ds, data::DataLoaderOptions{.batch_size = 3, .shuffle = true, .num_shards = shards, .shard = s,
+                                                     .shuffle_seed = 1234});
+  std::vector<std::vector<double>> epochs;
+  for (int e = 0; e < 2; ++e) {
+    std::vector<double> seen;
+    for (auto& l : loaders) {
+      EXPECT_EQ(l.shard_size(), 4);
+      EXPECT_EQ(l.num_batches(), 2);
+      for (const auto& b : l)
+        for (double v : b.input.to_vector<double>()) seen.push_back(v);
+    }
+    ASSERT_EQ(seen.size(), size_t(12));
+    std::vector<int> count(size, 0);
+    for (double v : seen) ++count[size_t(v)];
+    EXPECT_EQ(std::count(count.begin(), count.end(), 0), 0);
+    EXPECT_EQ(std::count(count.begin(), count.end(), 2), 2);  // the two padded slots
+    epochs.push_back(seen);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_AG_ERROR(data::DataLoader(ds, {.num_shards = 2, .shard = 2}), "shard must be in [0, num_shards)");
+}

@@ -199,6 +199,22 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   if (!core_->decision.warning.empty() && is_global_zero()) core_->warn(core_->decision.warning);
 }
 
+LiteDataLoader Lite::setup_dataloader(data::DataLoader loader) {
+  if (core_->group == nullptr || core_->group->size() == 1) return LiteDataLoader(std::move(loader), core_);
+  data::DataLoaderOptions o = loader.options();
+  AG_CHECK(o.num_shards == 1, "Lite::setup_dataloader", "the loader is sharded already (", o.num_shards,
+           " shards); under ddp Lite shards it over the ranks");
+  o.num_shards = world_size();
+  o.shard = rank();
+  if (o.shuffle && !o.shuffle_seed) {
+    const auto [seed, offset] = generator_state();
+    Tensor shared = scalar_tensor(int64_t((seed * 0x9E3779B97F4A7C15ull) ^ offset));
+    core_->group->broadcast(shared, 0);
+    o.shuffle_seed = uint64_t(shared.item<int64_t>());
+  }
+  return LiteDataLoader(data::DataLoader(loader.dataset_ptr(), o), core_);
+}
+
 void Lite::barrier() const {
   if (core_->group) core_->group->barrier();
 }

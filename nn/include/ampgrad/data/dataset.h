@@ -69,6 +69,15 @@ struct DataLoaderOptions {
   /// before the consumer's stream by an event). Set to the CPU, where the move is a no-op,
   /// the streams, event and record_stream still run.
   std::optional<Device> device;
+  /// One shard of every epoch, for data-parallel training (Lite's "ddp" sets these): the
+  /// epoch's order (shuffled or not) is padded by repeating its start to a multiple of
+  /// num_shards, and this loader takes every num_shards-th index from `shard` on, so that
+  /// the shards are equal and together hold every sample at least once.
+  int64_t num_shards = 1;
+  int64_t shard = 0;
+  /// Shuffle epoch e with a permutation drawn from (shuffle_seed, e) rather than from the
+  /// global generator: loaders in different processes then agree on each epoch's order.
+  std::optional<uint64_t> shuffle_seed;
 };
 
 class DataLoader {
@@ -82,6 +91,10 @@ class DataLoader {
   /// resolved when the loader was made).
   bool prefetches() const { return prefetch_; }
   const Dataset& dataset() const { return *dataset_; }
+  const std::shared_ptr<const Dataset>& dataset_ptr() const { return dataset_; }
+  const DataLoaderOptions& options() const { return options_; }
+  /// Samples per epoch for this loader's shard (the dataset's size without sharding).
+  int64_t shard_size() const;
 
   class Iterator {
    public:
@@ -110,7 +123,8 @@ class DataLoader {
     std::shared_future<Prepared> next_;
   };
 
-  /// Starts an epoch: draws a new order when shuffling.
+  /// Starts an epoch: draws a new order when shuffling (the next epoch's, with
+  /// shuffle_seed).
   Iterator begin() const;
   Iterator end() const;
   /// The stream batches are moved on (with the device option; destroyed with the last copy
@@ -122,6 +136,7 @@ class DataLoader {
   DataLoaderOptions options_;
   bool prefetch_ = false;
   std::shared_ptr<const Stream> side_;  // with options_.device
+  mutable uint64_t epoch_ = 0;          // epochs begun (shuffle_seed's second half)
 };
 
 /// A permutation of [0, n) from the seeded generator (Fisher-Yates on Philox draws).

@@ -350,7 +350,10 @@ class Lite {
   LiteScheduler setup_scheduler(LiteOptimizer& optimizer, optim::SchedulePtr schedule) {
     return LiteScheduler(optimizer, std::move(schedule));
   }
-  LiteDataLoader setup_dataloader(data::DataLoader loader) { return LiteDataLoader(std::move(loader), core_); }
+  /// Batches moved to the device. Under "ddp" each rank gets its own shard of every epoch
+  /// (DataLoaderOptions::num_shards and shard), shuffled, when the loader shuffles, from a
+  /// seed rank 0 draws and shares, so that the shards of one epoch never overlap.
+  LiteDataLoader setup_dataloader(data::DataLoader loader);
 
   Tensor to_device(const Tensor& t) const { return core_->to_device(t); }
   template <class T>
