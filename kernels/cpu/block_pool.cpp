@@ -258,36 +258,42 @@ bool use_avx512() {
 }
 #else
 bool use_avx512() { return false; }
+template <class U>
+void forward_avx512(const U*, const BlockLayout&, const PoolDim&, const PoolDim&, int64_t, int64_t, int64_t, bool, U*,
+                    uint8_t*) {}
+template <class U>
+void backward_avx512(const U*, const uint8_t*, const BlockLayout&, const PoolDim&, const PoolDim&, int64_t, int64_t,
+                     int64_t, U*, size_t) {}
 #endif
 
 }  // namespace
 
+namespace {
+// f.operator()<U>() with U the bits of one element: uint16_t for bfloat16, uint32_t for
+// float32 (the kernels move and compare bits; they widen bfloat16 to float themselves).
+template <class F>
+void on_bits(DType dtype, const F& f) {
+  if (dtype == kBFloat16) f.template operator()<uint16_t>();
+  else f.template operator()<uint32_t>();
+}
+}  // namespace
+
 void block_pool_forward(DType dtype, const void* y, const BlockLayout& L, const PoolDim& ph, const PoolDim& pw,
                         int64_t N, int64_t OH, int64_t OW, bool relu, void* out, uint8_t* arg) {
-  auto run = [&]<class U>() {
+  on_bits(dtype, [&]<class U>() {
     const U* yu = static_cast<const U*>(y);
-    U* ou = static_cast<U*>(out);
-#if defined(__x86_64__)
-    if (use_avx512()) return forward_avx512(yu, L, ph, pw, N, OH, OW, relu, ou, arg);
-#endif
-    forward_loops(yu, L, ph, pw, N, OH, OW, relu, ou, arg);
-  };
-  if (dtype == kBFloat16) run.operator()<uint16_t>();
-  else run.operator()<uint32_t>();
+    if (use_avx512()) return forward_avx512(yu, L, ph, pw, N, OH, OW, relu, static_cast<U*>(out), arg);
+    forward_loops(yu, L, ph, pw, N, OH, OW, relu, static_cast<U*>(out), arg);
+  });
 }
 
 void block_pool_backward(DType dtype, const void* g, const uint8_t* arg, const BlockLayout& L, const PoolDim& ph,
                          const PoolDim& pw, int64_t N, int64_t OH, int64_t OW, void* gy, size_t gy_bytes) {
-  auto run = [&]<class U>() {
+  on_bits(dtype, [&]<class U>() {
     const U* gu = static_cast<const U*>(g);
-    U* gyu = static_cast<U*>(gy);
-#if defined(__x86_64__)
-    if (use_avx512()) return backward_avx512(gu, arg, L, ph, pw, N, OH, OW, gyu, gy_bytes);
-#endif
-    backward_loops(gu, arg, L, ph, pw, N, OH, OW, gyu, gy_bytes);
-  };
-  if (dtype == kBFloat16) run.operator()<uint16_t>();
-  else run.operator()<uint32_t>();
+    if (use_avx512()) return backward_avx512(gu, arg, L, ph, pw, N, OH, OW, static_cast<U*>(gy), gy_bytes);
+    backward_loops(gu, arg, L, ph, pw, N, OH, OW, static_cast<U*>(gy), gy_bytes);
+  });
 }
 
 }  // namespace ampgrad::cpu
