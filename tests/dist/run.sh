@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The process group's tests under mpirun: the collectives with 2 ranks, then the two
+# The process group's tests under mpirun: the collectives and Lite's ddp with 2 ranks, then the two
 # failure cases, each in its own job since it ends the job: a rank that hangs (rank 0's
 # error must name it, and the job must end rather than hang) and a rank killed with
 # SIGKILL (the job must end within a minute, naming rank 1).
@@ -13,8 +13,8 @@ export OMP_NUM_THREADS=1
 launch=("$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
 fail=0
 
-echo "== collectives, 2 ranks"
-if ! timeout 300 "${launch[@]}" "$exe" --gtest_color=no --gtest_filter='Dist.*'; then
+echo "== collectives and Lite's ddp, 2 ranks"
+if ! timeout 300 "${launch[@]}" "$exe" --gtest_color=no --gtest_filter='Dist.*:LiteDdp.*'; then
   echo "FAIL: the collectives' tests"
   fail=1
 fi
