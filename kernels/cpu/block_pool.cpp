@@ -59,33 +59,55 @@ int64_t row_grain(const BlockLayout& L, int64_t OW, const PoolDim& ph, const Poo
 // Whether the windows cover every activation element exactly once.
 bool tiles_exactly(const PoolDim& d, int64_t out) { return d.d == 1 && d.p == 0 && d.s == d.k && out * d.k == d.in; }
 
+// A window position inside the activation: its number in the window (kh * kw_size + kw)
+// and its offset in y's layout, the channel aside.
+struct Tap {
+  uint8_t id;
+  int64_t offset;
+};
+// The positions of window (oh, ow) inside the activation in row-major order (padding and
+// dilation steps outside it skipped); taps holds ph.k * pw.k. Returns their count.
+int window_taps(const BlockLayout& L, const PoolDim& ph, const PoolDim& pw, int64_t oh, int64_t ow, Tap* taps) {
+  int n = 0;
+  for (int64_t kh = 0; kh < ph.k; ++kh) {
+    const int64_t ih = ph.start(oh) + kh * ph.d;
+    if (ih < 0 || ih >= ph.in) continue;
+    for (int64_t kw = 0; kw < pw.k; ++kw) {
+      const int64_t iw = pw.start(ow) + kw * pw.d;
+      if (iw >= 0 && iw < pw.in) taps[n++] = {uint8_t(kh * pw.k + kw), ih * L.sh + iw * L.sw};
+    }
+  }
+  return n;
+}
+
+// The activation's gradient zeroed, on the team.
+void zero_fill(void* p, size_t bytes) {
+  char* z = static_cast<char*>(p);
+  parallel_for(0, int64_t(bytes), kGrain * 16, [&](int64_t b, int64_t e) { std::memset(z + b, 0, size_t(e - b)); });
+}
+
 // ---- plain loops ----------------------------------------------------------------------------
 
 template <class U>
 void forward_loops(const U* y, const BlockLayout& L, const PoolDim& ph, const PoolDim& pw, int64_t N, int64_t OH,
                    int64_t OW, bool relu, U* out, uint8_t* arg) {
   parallel_for(0, N * L.blocks * OH, row_grain(L, OW, ph, pw), [&](int64_t rb, int64_t re) {
+    std::vector<Tap> taps(size_t(ph.k * pw.k));
     for (int64_t r = rb; r < re; ++r) {
       const Row w(r, L, OH);
       const int64_t c0 = w.blk * L.cb, lanes = std::min(L.cb, L.C - c0);
       const U* yb = y + w.n * L.sn + w.blk * L.sc;
-      for (int64_t l = 0; l < lanes; ++l)
-        for (int64_t ow = 0; ow < OW; ++ow) {
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int nt = window_taps(L, ph, pw, w.oh, ow, taps.data());
+        for (int64_t l = 0; l < lanes; ++l) {
           float best = -std::numeric_limits<float>::infinity();
-          uint8_t bi = kNoGradient;  // stays so only if no tap is inside the input
-          for (int64_t kh = 0; kh < ph.k; ++kh) {
-            const int64_t ih = ph.start(w.oh) + kh * ph.d;
-            if (ih < 0 || ih >= ph.in) continue;
-            for (int64_t kw = 0; kw < pw.k; ++kw) {
-              const int64_t iw = pw.start(ow) + kw * pw.d;
-              if (iw < 0 || iw >= pw.in) continue;
-              const uint8_t tap = uint8_t(kh * pw.k + kw);
-              if (bi == kNoGradient) bi = tap;  // a window of -inf routes to its first tap
-              const float v = load_f(yb[ih * L.sh + iw * L.sw + l]);
-              if (v > best || v != v) {  // as max_pool2d: a larger value or a NaN takes over
-                best = v;
-                bi = tap;
-              }
+          // a window of -inf routes to its first tap; one with no tap inside, nowhere
+          uint8_t bi = nt > 0 ? taps[0].id : kNoGradient;
+          for (int t = 0; t < nt; ++t) {
+            const float v = load_f(yb[taps[size_t(t)].offset + l]);
+            if (v > best || v != v) {  // as max_pool2d: a larger value or a NaN takes over
+              best = v;
+              bi = taps[size_t(t)].id;
             }
           }
           const int64_t o = ((w.n * L.C + c0 + l) * OH + w.oh) * OW + ow;
@@ -93,6 +115,7 @@ void forward_loops(const U* y, const BlockLayout& L, const PoolDim& ph, const Po
           out[o] = store_f<U>(relu && best < 0 ? 0.f : best);
           arg[o] = relu && !(best > 0) ? kNoGradient : bi;
         }
+      }
     }
   });
 }
@@ -100,8 +123,7 @@ void forward_loops(const U* y, const BlockLayout& L, const PoolDim& ph, const Po
 template <class U>
 void backward_loops(const U* g, const uint8_t* arg, const BlockLayout& L, const PoolDim& ph, const PoolDim& pw,
                     int64_t N, int64_t OH, int64_t OW, U* gy, size_t gy_bytes) {
-  char* z = reinterpret_cast<char*>(gy);
-  parallel_for(0, int64_t(gy_bytes), kGrain * 16, [&](int64_t b, int64_t e) { std::memset(z + b, 0, size_t(e - b)); });
+  zero_fill(gy, gy_bytes);
   parallel_for(0, N * L.blocks * OH, row_grain(L, OW, ph, pw), [&](int64_t rb, int64_t re) {
     for (int64_t r = rb; r < re; ++r) {
       const Row w(r, L, OH);
@@ -138,97 +160,86 @@ inline __mmask16 lane_mask(int64_t lanes) { return lanes >= 16 ? __mmask16(0xFFF
 template <class U>
 AG_AVX512 void forward_rows_avx512(int64_t rb, int64_t re, const U* y, const BlockLayout& L, const PoolDim& ph,
                                    const PoolDim& pw, int64_t OH, int64_t OW, bool relu, U* out, uint8_t* arg) {
-    std::vector<float> vals(size_t(16 * OW));
-    std::vector<uint8_t> taps(size_t(16 * OW));
-    const __m512 zero = _mm512_setzero_ps();
-    for (int64_t r = rb; r < re; ++r) {
-      const Row w(r, L, OH);
-      const int64_t c0 = w.blk * L.cb;
-      for (int64_t l0 = 0; l0 < L.cb && c0 + l0 < L.C; l0 += 16) {
-        const __mmask16 lm = lane_mask(L.cb - l0);
-        const U* yb = y + w.n * L.sn + w.blk * L.sc + l0;
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-          __m512i bi = _mm512_set1_epi32(kNoGradient);
-          bool first = true;
-          for (int64_t kh = 0; kh < ph.k; ++kh) {
-            const int64_t ih = ph.start(w.oh) + kh * ph.d;
-            if (ih < 0 || ih >= ph.in) continue;
-            for (int64_t kw = 0; kw < pw.k; ++kw) {
-              const int64_t iw = pw.start(ow) + kw * pw.d;
-              if (iw < 0 || iw >= pw.in) continue;
-              const __m512i tap = _mm512_set1_epi32(int(kh * pw.k + kw));
-              if (first) bi = tap;
-              first = false;
-              const __m512 v = load16(yb + ih * L.sh + iw * L.sw, lm);
-              const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-              best = _mm512_mask_mov_ps(best, take, v);
-              bi = _mm512_mask_mov_epi32(bi, take, tap);
-            }
-          }
-          if (relu) {
-            best = _mm512_mask_mov_ps(best, _mm512_cmp_ps_mask(best, zero, _CMP_LT_OQ), zero);
-            bi = _mm512_mask_mov_epi32(bi, __mmask16(~_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ)),
-                                       _mm512_set1_epi32(kNoGradient));
-          }
-          _mm512_storeu_ps(vals.data() + 16 * ow, best);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(taps.data() + 16 * ow), _mm512_cvtepi32_epi8(bi));
+  std::vector<float> vals(size_t(16 * OW));
+  std::vector<uint8_t> args(size_t(16 * OW));
+  std::vector<Tap> taps(size_t(ph.k * pw.k));
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t r = rb; r < re; ++r) {
+    const Row w(r, L, OH);
+    const int64_t c0 = w.blk * L.cb;
+    for (int64_t l0 = 0; l0 < L.cb && c0 + l0 < L.C; l0 += 16) {
+      const __mmask16 lm = lane_mask(L.cb - l0);
+      const U* yb = y + w.n * L.sn + w.blk * L.sc + l0;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const int nt = window_taps(L, ph, pw, w.oh, ow, taps.data());
+        __m512 best = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        // a window of -inf routes to its first tap; one with no tap inside, nowhere
+        __m512i bi = _mm512_set1_epi32(nt > 0 ? taps[0].id : kNoGradient);
+        for (int t = 0; t < nt; ++t) {
+          const __m512 v = load16(yb + taps[size_t(t)].offset, lm);
+          const __mmask16 take = _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+          best = _mm512_mask_mov_ps(best, take, v);
+          bi = _mm512_mask_mov_epi32(bi, take, _mm512_set1_epi32(taps[size_t(t)].id));
         }
-        const int64_t lanes = std::min<int64_t>({16, L.cb - l0, L.C - c0 - l0});
-        for (int64_t l = 0; l < lanes; ++l) {
-          const int64_t o0 = ((w.n * L.C + c0 + l0 + l) * OH + w.oh) * OW;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            out[o0 + ow] = store_f<U>(vals[size_t(16 * ow + l)]);
-            arg[o0 + ow] = taps[size_t(16 * ow + l)];
-          }
+        if (relu) {
+          best = _mm512_mask_mov_ps(best, _mm512_cmp_ps_mask(best, zero, _CMP_LT_OQ), zero);
+          bi = _mm512_mask_mov_epi32(bi, __mmask16(~_mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ)),
+                                     _mm512_set1_epi32(kNoGradient));
+        }
+        _mm512_storeu_ps(vals.data() + 16 * ow, best);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(args.data() + 16 * ow), _mm512_cvtepi32_epi8(bi));
+      }
+      const int64_t lanes = std::min<int64_t>({16, L.cb - l0, L.C - c0 - l0});
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t o0 = ((w.n * L.C + c0 + l0 + l) * OH + w.oh) * OW;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          out[o0 + ow] = store_f<U>(vals[size_t(16 * ow + l)]);
+          arg[o0 + ow] = args[size_t(16 * ow + l)];
         }
       }
     }
+  }
 }
 
 template <class U>
 AG_AVX512 void backward_rows_avx512(int64_t rb, int64_t re, const U* g, const uint8_t* arg, const BlockLayout& L,
                                     const PoolDim& ph, const PoolDim& pw, int64_t OH, int64_t OW, U* gy) {
-    std::vector<U> grads(size_t(16 * OW));
-    std::vector<uint8_t> taps(size_t(16 * OW));
-    for (int64_t r = rb; r < re; ++r) {
-      const Row w(r, L, OH);
-      const int64_t c0 = w.blk * L.cb;
-      // every chunk of the block, padding lanes included: they get zeros
-      for (int64_t l0 = 0; l0 < L.cb; l0 += 16) {
-        const __mmask16 lm = lane_mask(L.cb - l0);
-        const int64_t lanes = std::clamp<int64_t>(L.C - c0 - l0, 0, 16);
-        std::fill(taps.begin(), taps.end(), kNoGradient);
-        for (int64_t l = 0; l < lanes; ++l) {
-          const int64_t o0 = ((w.n * L.C + c0 + l0 + l) * OH + w.oh) * OW;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            grads[size_t(16 * ow + l)] = g[o0 + ow];
-            taps[size_t(16 * ow + l)] = arg[o0 + ow];
-          }
-        }
-        U* gb = gy + w.n * L.sn + w.blk * L.sc + l0;
+  std::vector<U> grads(size_t(16 * OW));
+  std::vector<uint8_t> args(size_t(16 * OW));
+  std::vector<Tap> taps(size_t(ph.k * pw.k));
+  for (int64_t r = rb; r < re; ++r) {
+    const Row w(r, L, OH);
+    const int64_t c0 = w.blk * L.cb;
+    // every chunk of the block, padding lanes included: they get zeros
+    for (int64_t l0 = 0; l0 < L.cb; l0 += 16) {
+      const __mmask16 lm = lane_mask(L.cb - l0);
+      const int64_t lanes = std::clamp<int64_t>(L.C - c0 - l0, 0, 16);
+      std::fill(args.begin(), args.end(), kNoGradient);
+      for (int64_t l = 0; l < lanes; ++l) {
+        const int64_t o0 = ((w.n * L.C + c0 + l0 + l) * OH + w.oh) * OW;
         for (int64_t ow = 0; ow < OW; ++ow) {
-          const __m512i at = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(taps.data() + 16 * ow)));
-          for (int64_t kh = 0; kh < ph.k; ++kh) {
-            const int64_t ih = ph.start(w.oh) + kh * ph.d;
-            if (ih < 0 || ih >= ph.in) continue;
-            for (int64_t kw = 0; kw < pw.k; ++kw) {
-              const int64_t iw = pw.start(ow) + kw * pw.d;
-              if (iw < 0 || iw >= pw.in) continue;
-              const __mmask16 hit = _mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(int(kh * pw.k + kw)));
-              U* dst = gb + ih * L.sh + iw * L.sw;
-              if constexpr (sizeof(U) == 4) {
-                const __m512i gv = _mm512_loadu_si512(grads.data() + 16 * ow);
-                _mm512_mask_storeu_epi32(dst, lm, _mm512_maskz_mov_epi32(hit, gv));
-              } else {
-                const __m256i gv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grads.data() + 16 * ow));
-                _mm256_mask_storeu_epi16(dst, lm, _mm256_maskz_mov_epi16(hit, gv));
-              }
-            }
+          grads[size_t(16 * ow + l)] = g[o0 + ow];
+          args[size_t(16 * ow + l)] = arg[o0 + ow];
+        }
+      }
+      U* gb = gy + w.n * L.sn + w.blk * L.sc + l0;
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        const __m512i at = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(args.data() + 16 * ow)));
+        const int nt = window_taps(L, ph, pw, w.oh, ow, taps.data());
+        for (int t = 0; t < nt; ++t) {
+          const __mmask16 hit = _mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(taps[size_t(t)].id));
+          U* dst = gb + taps[size_t(t)].offset;
+          if constexpr (sizeof(U) == 4) {
+            const __m512i gv = _mm512_loadu_si512(grads.data() + 16 * ow);
+            _mm512_mask_storeu_epi32(dst, lm, _mm512_maskz_mov_epi32(hit, gv));
+          } else {
+            const __m256i gv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grads.data() + 16 * ow));
+            _mm256_mask_storeu_epi16(dst, lm, _mm256_maskz_mov_epi16(hit, gv));
           }
         }
       }
     }
+  }
 }
 
 template <class U>
@@ -242,10 +253,7 @@ void forward_avx512(const U* y, const BlockLayout& L, const PoolDim& ph, const P
 template <class U>
 void backward_avx512(const U* g, const uint8_t* arg, const BlockLayout& L, const PoolDim& ph, const PoolDim& pw,
                      int64_t N, int64_t OH, int64_t OW, U* gy, size_t gy_bytes) {
-  if (!tiles_exactly(ph, OH) || !tiles_exactly(pw, OW)) {
-    char* z = reinterpret_cast<char*>(gy);
-    parallel_for(0, int64_t(gy_bytes), kGrain * 16, [&](int64_t b, int64_t e) { std::memset(z + b, 0, size_t(e - b)); });
-  }
+  if (!tiles_exactly(ph, OH) || !tiles_exactly(pw, OW)) zero_fill(gy, gy_bytes);
   parallel_for(0, N * L.blocks * OH, row_grain(L, OW, ph, pw), [&](int64_t rb, int64_t re) {
     backward_rows_avx512(rb, re, g, arg, L, ph, pw, OH, OW, gy);
   });

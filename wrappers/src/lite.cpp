@@ -147,9 +147,15 @@ void LiteCore::average_gradients() {
   int64_t bytes = 0;
   auto flush = [&] {
     if (bucket.empty()) return;
+    if (bucket.size() == 1 && bucket.front().is_contiguous()) {  // reduced where it lies
+      group->all_reduce(bucket.front(), dist::ReduceOp::Avg);
+      bucket.clear();
+      bytes = 0;
+      return;
+    }
     std::vector<Tensor> flat;
     for (const Tensor& g : bucket) flat.push_back(reshape(g, {g.numel()}));
-    Tensor buf = bucket.size() == 1 ? flat.front().contiguous() : cat(flat);
+    Tensor buf = cat(flat);
     group->all_reduce(buf, dist::ReduceOp::Avg);
     int64_t at = 0;
     for (const Tensor& g : bucket) {
