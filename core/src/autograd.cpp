@@ -103,6 +103,7 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
   } else {
     meta.grad.add_(g);
   }
+  for (const auto& hook : meta.post_accumulate_hooks) hook(leaf_);
   return {};
 }
 
@@ -362,6 +363,12 @@ void Tensor::register_hook(GradHook hook) const {
   AutogradMeta& m = impl().meta();
   if (m.grad_fn) m.grad_fn->pre_hooks.emplace_back(m.output_nr, std::move(hook));
   else m.hooks.push_back(std::move(hook));
+}
+
+void Tensor::register_post_accumulate_grad_hook(PostAccumulateHook hook) const {
+  AG_CHECK(requires_grad() && is_leaf(), "register_post_accumulate_grad_hook",
+           "expected a leaf tensor that requires grad, got ", requires_grad() ? "a non-leaf" : "a tensor that does not require grad");
+  impl().meta().post_accumulate_hooks.push_back(std::move(hook));
 }
 
 Tensor Tensor::detach() const {

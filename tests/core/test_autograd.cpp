@@ -117,6 +117,27 @@ TEST(Autograd, HooksOnLeavesAndIntermediates) {
   EXPECT_AG_ERROR(c.register_hook([](const Tensor& g) { return g; }), "[register_hook] cannot register a hook on a tensor that does not require grad");
 }
 
+// A post-accumulate hook runs once per backward, after every use's gradient has been
+// summed into grad(), in registration order.
+TEST(Autograd, PostAccumulateHooksSeeTheWholeGradient) {
+  Tensor x = from_vector<double>({1, 2}, {2}).requires_grad_();
+  std::vector<std::vector<double>> seen;
+  x.register_post_accumulate_grad_hook([&](const Tensor& leaf) { seen.push_back(leaf.grad().to_vector<double>()); });
+  x.register_post_accumulate_grad_hook([&](const Tensor& leaf) { Tensor(leaf.grad()).mul_(10.0); });
+  (x * 3.0 + x * x).sum().backward();  // two uses: 3 + 2x
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], (std::vector<double>{5, 7}));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{50, 70}));
+  (x * 1.0).sum().backward();  // accumulates onto the held gradient, then the hooks again
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], (std::vector<double>{51, 71}));
+  Tensor m = x * 2.0;
+  EXPECT_AG_ERROR(m.register_post_accumulate_grad_hook([](const Tensor&) {}),
+                  "[register_post_accumulate_grad_hook] expected a leaf tensor that requires grad, got a non-leaf");
+  EXPECT_AG_ERROR(ones({1}).register_post_accumulate_grad_hook([](const Tensor&) {}),
+                  "got a tensor that does not require grad");
+}
+
 // Gradients reaching one tensor from several uses are summed, in place where nothing else
 // holds the running sum; a tensor that the caller or a hook holds is never written into.
 TEST(Autograd, AccumulationNeverWritesIntoHeldTensors) {

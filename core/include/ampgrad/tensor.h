@@ -106,6 +106,9 @@ class TensorOptions {
 /// A hook on a tensor's gradient: receives the gradient, returns a replacement or an
 /// undefined tensor to keep it.
 using GradHook = std::function<Tensor(const Tensor&)>;
+/// A hook run after a leaf's gradient was accumulated: receives the leaf, whose grad() is
+/// now complete for this backward pass.
+using PostAccumulateHook = std::function<void(const Tensor&)>;
 
 class Tensor {
  public:
@@ -171,6 +174,10 @@ class Tensor {
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
   /// Registers a hook run on this tensor's gradient during backward.
   void register_hook(GradHook hook) const;
+  /// Leaves only: registers a hook run once per backward pass, right after this tensor's
+  /// gradient was accumulated into grad() (distributed training starts reducing the
+  /// gradient there, while backward goes on with the rest of the graph).
+  void register_post_accumulate_grad_hook(PostAccumulateHook hook) const;
   /// A new handle on the same data, outside the graph.
   Tensor detach() const;
   Tensor& detach_();
@@ -274,6 +281,7 @@ struct AutogradMeta {
   uint32_t output_nr = 0;
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into grad
   std::vector<GradHook> hooks;           // leaves: run before accumulation
+  std::vector<PostAccumulateHook> post_accumulate_hooks;  // leaves: run after it
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
