@@ -121,6 +121,7 @@ void GradScaler::unscale_grads(optim::Optimizer& opt, OptimizerState& st) {
     const Tensor here = f.to(scale_.device());
     st.any_inf = st.any_inf.defined() ? add(st.any_inf, here) : here;
   }
+  if (reduce_found_inf_ && st.any_inf.defined()) reduce_found_inf_(st.any_inf);
 }
 
 void GradScaler::unscale_(optim::Optimizer& opt) {

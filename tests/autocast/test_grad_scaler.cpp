@@ -328,6 +328,33 @@ TEST(GradScalerMulti, EachOptimizerSkipsOnItsOwnGradients) {
   EXPECT_EQ(scaler.last_overflow_step(), 2);
 }
 
+// The found_inf reduction (what ddp sets to a maximum over the ranks) sees each
+// optimizer's flag before the step and decides it: raising a clean flag skips the step
+// and backs the scale off, as another rank's overflow does.
+TEST(GradScalerMulti, FoundInfReductionDecidesTheStep) {
+  Rig a;
+  ag::GradScaler scaler({.init_scale = 64, .growth_interval = 2});
+  std::vector<float> seen;
+  bool other_rank_overflowed = false;
+  scaler.set_found_inf_reduction([&](const ag::Tensor& flag) {
+    seen.push_back(flag.item<float>());
+    if (other_rank_overflowed) ag::Tensor(flag).fill_(1.0);
+  });
+  a.set_grad(Grad::Clean, 64);
+  EXPECT_TRUE(scaler.step(a.opt));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 64);
+  other_rank_overflowed = true;
+  a.set_grad(Grad::Clean, 64);
+  scaler.unscale_(a.opt);  // the reduction runs where the flag is raised: once per iteration
+  EXPECT_FALSE(scaler.step(a.opt));
+  for (float w : a.p.to_vector<float>()) EXPECT_EQ(w, -0.5f);  // the first step only
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 32);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  EXPECT_EQ(seen, (std::vector<float>{0.0f, 0.0f}));  // this rank's own flags were clean
+}
+
 // ---- state_dict --------------------------------------------------------------------------
 
 TEST(GradScalerStateDict, RoundTrip) {

@@ -37,6 +37,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -104,6 +105,13 @@ class GradScaler {
   /// tracker is kept. Like update(), makes every optimizer READY.
   void update(double new_scale);
 
+  /// Beyond PyTorch, for data-parallel training: a function applied in place to each
+  /// optimizer's inf flag (one float32 element on the scale's device, nonzero after an
+  /// overflow) once unscaling raised it and before the step reads it. Lite's "ddp" passes
+  /// one that takes the maximum over the ranks, so that every rank skips the same steps and
+  /// the scales never diverge. Null: none.
+  void set_found_inf_reduction(std::function<void(const Tensor&)> reduce) { reduce_found_inf_ = std::move(reduce); }
+
   /// The current scale (a host sync); 1 when disabled.
   double get_scale() const;
   /// The scale itself: a 0-dim float64 tensor on the parameters' device (read by nothing
@@ -152,6 +160,7 @@ class GradScaler {
   Tensor skipped_steps_;       // int64, 0-dim
   Tensor last_overflow_step_;  // int64, 0-dim
   int64_t num_updates_ = 0;    // update() calls: host bookkeeping, not a value
+  std::function<void(const Tensor&)> reduce_found_inf_;
   // Keyed by address: the scaler never dereferences a key except through the reference
   // handed to unscale_/step, and update() forgets them all.
   std::map<const optim::Optimizer*, OptimizerState> per_optimizer_;
