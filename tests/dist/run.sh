@@ -14,7 +14,7 @@ launch=("$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vade
 fail=0
 
 echo "== collectives and Lite's ddp, 2 ranks"
-if ! timeout 300 "${launch[@]}" "$exe" --gtest_color=no --gtest_filter='Dist.*:LiteDdp.*'; then
+if ! timeout 300 "${launch[@]}" "$exe" --gtest_color=no --gtest_filter='Dist.*:DistNccl.*:LiteDdp.*'; then
   echo "FAIL: the collectives' tests"
   fail=1
 fi

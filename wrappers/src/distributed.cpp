@@ -6,11 +6,19 @@
 // a second communicator and listens for a grace period: a rank that sends nothing (or a
 // lower number) did not reach the collective, and the error names it. MPI_ERRORS_RETURN on
 // both communicators turns MPI's failures into ag::Error as well. float16 and bfloat16
-// reductions go through a float32 copy.
+// reductions go through a float32 copy, or (reduce_in_half) through MPI operations of our
+// own on their bits. A driver thread runs the collectives in the order they were started,
+// so that all_reduce_async overlaps the caller's work.
 #include "ampgrad/wrappers/distributed.h"
 
+#include "dist_internal.h"
+
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -19,6 +27,7 @@
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/half.h"
 
 #if AMPGRAD_WITH_MPI
 #include <mpi.h>
@@ -54,11 +63,14 @@ std::chrono::milliseconds timeout_from_env() {
   return std::chrono::milliseconds(int64_t(s * 1000));
 }
 
-void check_tensor(const Tensor& t, const char* op) {
+// True for a CUDA tensor, which goes through NCCL.
+bool check_tensor(const Tensor& t, const char* op) {
   AG_CHECK(t.defined(), op, "the tensor is undefined");
-  AG_CHECK(t.device().type == kCPU, op, "expected a CPU tensor (CUDA tensors need the NCCL backend, not built), got ",
-           t.device());
   AG_CHECK(t.is_contiguous(), op, "expected a contiguous tensor, got shape ", t.sizes(), " with strides ", t.strides());
+  if (t.device().type == kCPU) return false;
+  AG_CHECK(t.device().type == kCUDA && built_with_nccl(), op,
+           "a tensor on ", t.device(), " needs NCCL, which this build has not (CPU tensors go through MPI)");
+  return true;
 }
 }  // namespace
 
@@ -67,14 +79,70 @@ void ProcessGroup::set_timeout(std::chrono::milliseconds t) {
   timeout_ = t;
 }
 
+// ---- Work ----------------------------------------------------------------------------------
+
+struct Work::State {
+  const char* op = "";
+  std::function<int(void* request)> start;  // starts the MPI collective (null: nothing to send)
+  std::function<void()> finish;             // run by wait(), on the waiting thread
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, finished = false;
+  std::exception_ptr error;
+  std::atomic<int> waiters{0};  // someone blocks in wait(): the driver polls hard
+};
+
+void Work::wait() {
+  AG_CHECK(state_ != nullptr, "dist", "wait() on an empty Work");
+  State& s = *state_;
+  {
+    std::unique_lock<std::mutex> lock(s.mu);
+    ++s.waiters;
+    s.cv.wait(lock, [&] { return s.done; });
+    --s.waiters;
+    if (s.error) std::rethrow_exception(s.error);
+    if (s.finished) return;
+    s.finished = true;
+  }
+  if (s.finish) {
+    NoGradGuard ng;
+    s.finish();
+  }
+}
+
+bool Work::completed() const {
+  if (state_ == nullptr) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+namespace detail {
+Work completed_work(std::function<void()> finish) {
+  auto w = std::make_shared<Work::State>();
+  w->op = "nccl";
+  w->finish = std::move(finish);
+  w->done = true;
+  return Work(w);
+}
+}  // namespace detail
+
 #if AMPGRAD_WITH_MPI
 
 bool built_with_mpi() { return true; }
 
+// Collectives run in the order they were started, on one thread at a time: the group's
+// driver thread when MPI allows calls from several threads (MPI_THREAD_SERIALIZED), else
+// the caller's, at once (no overlap).
 struct ProcessGroup::Impl {
   MPI_Comm comm = MPI_COMM_NULL, diag = MPI_COMM_NULL;
   bool finalize = false;
-  std::mutex mu;
+  bool threaded = false;  // MPI_THREAD_SERIALIZED or better: a driver thread
+  std::mutex mu;          // the queue, the flags below
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Work::State>> queue;
+  std::thread driver;
+  bool stop = false;
+  std::atomic<bool> stopping{false};
   std::string broken;  // why the group is unusable, once it is
 };
 
@@ -116,16 +184,58 @@ MPI_Op mpi_op(ReduceOp op, DType d, const char* name) {
   return MPI_SUM;
 }
 
+// 16-bit reductions in their own type: MPI has no such types, so each is a duplicate of
+// MPI_UINT16_T that the reduction functions recognise, with one MPI_Op per ReduceOp.
+MPI_Datatype g_f16_type = MPI_DATATYPE_NULL, g_bf16_type = MPI_DATATYPE_NULL;
+MPI_Op g_half_ops[3] = {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL};  // sum, max, min
+
+template <class H, int Op>
+void reduce16(const void* in, void* inout, int n) {
+  const H* a = static_cast<const H*>(in);
+  H* b = static_cast<H*>(inout);
+  for (int i = 0; i < n; ++i) {
+    const float x = a[i], y = b[i];
+    b[i] = H(Op == 0 ? x + y : Op == 1 ? std::max(x, y) : std::min(x, y));
+  }
+}
+
+template <int Op>
+void reduce16_op(void* in, void* inout, int* len, MPI_Datatype* type) {
+  if (*type == g_bf16_type) reduce16<BFloat16, Op>(in, inout, *len);
+  else reduce16<Half, Op>(in, inout, *len);
+}
+
+void make_half_ops() {
+  if (g_f16_type != MPI_DATATYPE_NULL) return;
+  MPI_Type_dup(MPI_UINT16_T, &g_f16_type);
+  MPI_Type_dup(MPI_UINT16_T, &g_bf16_type);
+  MPI_Op_create(&reduce16_op<0>, 1, &g_half_ops[0]);
+  MPI_Op_create(&reduce16_op<1>, 1, &g_half_ops[1]);
+  MPI_Op_create(&reduce16_op<2>, 1, &g_half_ops[2]);
+}
+
+MPI_Op half_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return g_half_ops[0];
+    case ReduceOp::Max: return g_half_ops[1];
+    case ReduceOp::Min: return g_half_ops[2];
+  }
+  return g_half_ops[0];
+}
+
 }  // namespace
 
 ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {
-  int inited = 0;
+  int inited = 0, level = MPI_THREAD_SINGLE;
   MPI_Initialized(&inited);
   if (!inited) {
-    int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "dist", "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &level), "dist", "MPI_Init_thread");
     impl_->finalize = true;
+  } else {
+    MPI_Query_thread(&level);
   }
+  impl_->threaded = level >= MPI_THREAD_SERIALIZED;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->comm), "dist", "MPI_Comm_dup");
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->diag), "dist", "MPI_Comm_dup");
   MPI_Comm_set_errhandler(impl_->comm, MPI_ERRORS_RETURN);
@@ -138,6 +248,7 @@ ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
   MPI_Comm_free(&local);
+  make_half_ops();
   timeout_ = timeout_from_env();
 }
 
@@ -146,13 +257,23 @@ ProcessGroup::~ProcessGroup() = default;
 namespace {
 ProcessGroup::Impl* g_world = nullptr;
 
-// At exit: MPI_Finalize, which waits for every rank; after a timeout some rank may never
-// get there, so a broken group ends the whole job with MPI_Abort instead.
+// At exit: the driver thread stops (abandoning a collective in flight, which breaks the
+// group), then MPI_Finalize, which waits for every rank; a broken group may have ranks
+// that never get there, so it ends the whole job with MPI_Abort instead.
 void finish_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  if (g_world != nullptr && !g_world->broken.empty()) MPI_Abort(MPI_COMM_WORLD, 3);
+  if (g_world != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(g_world->mu);
+      g_world->stop = true;
+      g_world->stopping = true;
+    }
+    g_world->cv.notify_all();
+    if (g_world->driver.joinable()) g_world->driver.join();
+    if (!g_world->broken.empty()) MPI_Abort(MPI_COMM_WORLD, 3);
+  }
   MPI_Finalize();
 }
 }  // namespace
@@ -173,17 +294,21 @@ namespace {
 // Waits for req until the group's deadline; past it, finds the ranks that never reached
 // collective number `seq` and throws naming them.
 void wait(ProcessGroup::Impl& impl, MPI_Request& req, int64_t seq, int rank, int size,
-          std::chrono::milliseconds timeout, const char* op) {
+          std::chrono::milliseconds timeout, const char* op, const std::atomic<int>& waiters) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + timeout;
-  for (int spins = 0;; ++spins) {
+  for (int idle = 0;; ++idle) {
     int done = 0;
     check_mpi(MPI_Test(&req, &done, MPI_STATUS_IGNORE), op, "waiting for the other ranks");
     if (done) return;
     if (Clock::now() >= deadline) break;
-    // Poll hard at first (a collective between processes on one machine takes
-    // microseconds), then let other processes run: ranks often share cores.
-    if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(spins > 20000 ? 1000 : 50));
+    AG_CHECK(!impl.stopping.load(), op, "the process is exiting with this collective in flight");
+    // Poll hard while a caller waits (a collective between processes on one machine takes
+    // microseconds), else (the caller computes) and after a while, let other threads and
+    // processes run: ranks often share cores.
+    if (waiters.load() == 0 || idle > 2000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 50));
+    }
   }
   // Who is there: every waiting rank tells every other rank the collective it waits in.
   const int64_t mine = seq;
@@ -224,86 +349,151 @@ void wait(ProcessGroup::Impl& impl, MPI_Request& req, int64_t seq, int rank, int
     why << ", which never reached it: " << (missing.size() == 1 ? "that process" : "those processes")
         << " died or stopped calling the collectives";
   }
-  impl.broken = why.str();
   AG_ERROR(op, why.str());
 }
 
 }  // namespace
 
-namespace {
-// Runs one non-blocking collective under the group's lock and deadline.
-template <class Start>
-void run(ProcessGroup::Impl& impl, int64_t& calls, int rank, int size, std::chrono::milliseconds timeout,
-         const char* op, const Start& start) {
-  std::lock_guard<std::mutex> lock(impl.mu);
-  AG_CHECK(impl.broken.empty(), op, "the process group is unusable after an earlier error: ", impl.broken);
-  MPI_Request req = MPI_REQUEST_NULL;
-  check_mpi(start(&req), op, "starting the collective");
-  wait(impl, req, calls, rank, size, timeout, op);
-  ++calls;
+// Runs one collective to its end (or its error) on the current thread.
+void ProcessGroup::execute(Work::State& w) {
+  try {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      AG_CHECK(impl_->broken.empty(), w.op, "the process group is unusable after an earlier error: ", impl_->broken);
+    }
+    if (w.start) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      check_mpi(w.start(&req), w.op, "starting the collective");
+      try {
+        wait(*impl_, req, calls_.load(), rank_, size_, timeout_, w.op, w.waiters);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        if (impl_->broken.empty()) impl_->broken = e.what();
+        throw;
+      }
+      ++calls_;
+    }
+  } catch (...) {
+    w.error = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.done = true;
+  }
+  w.cv.notify_all();
 }
-}  // namespace
+
+Work ProcessGroup::submit(const char* op, std::function<int(void*)> start, std::function<void()> finish) {
+  auto w = std::make_shared<Work::State>();
+  w->op = op;
+  w->start = std::move(start);
+  w->finish = std::move(finish);
+  if (!impl_->threaded) {
+    execute(*w);
+    return Work(w);
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    AG_CHECK(!impl_->stop, op, "the process is exiting");
+    impl_->queue.push_back(w);
+    if (!impl_->driver.joinable()) {
+      impl_->driver = std::thread([this] {
+        for (;;) {
+          std::shared_ptr<Work::State> next;
+          {
+            std::unique_lock<std::mutex> lock(impl_->mu);
+            impl_->cv.wait(lock, [&] { return impl_->stop || !impl_->queue.empty(); });
+            if (impl_->queue.empty()) return;
+            next = std::move(impl_->queue.front());
+            impl_->queue.pop_front();
+          }
+          execute(*next);
+        }
+      });
+    }
+  }
+  impl_->cv.notify_all();
+  return Work(w);
+}
 
 void ProcessGroup::barrier() {
-  run(*impl_, calls_, rank_, size_, timeout_, "barrier", [&](MPI_Request* r) { return MPI_Ibarrier(impl_->comm, r); });
+  submit("barrier", [this](void* r) { return MPI_Ibarrier(impl_->comm, static_cast<MPI_Request*>(r)); }, nullptr)
+      .wait();
 }
 
-void ProcessGroup::all_reduce(const Tensor& t, ReduceOp op) {
+Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, bool reduce_in_half) {
   const char* name = "all_reduce";
-  check_tensor(t, name);
+  const bool cuda = check_tensor(t, name);
   const DType dt = t.dtype();
   AG_CHECK(op != ReduceOp::Avg || t.is_floating_point(), name, "avg needs a floating tensor, got ",
            dtype_name(dt));
+  if (cuda) return t.numel() ? detail::nccl_all_reduce(*this, t, op, reduce_in_half) : detail::completed_work(nullptr);
   const bool half = dt == kFloat16 || dt == kBFloat16;
-  Tensor buf = half ? t.to(kFloat32) : t;  // 16-bit: reduced in float32, rounded once
-  const MPI_Op mop = mpi_op(op, dt, name);
-  AG_CHECK(buf.numel() < (int64_t(1) << 31), name, "tensors of more than 2^31 - 1 elements are not supported, got ",
-           buf.numel());
-  if (buf.numel() > 0) {
-    run(*impl_, calls_, rank_, size_, timeout_, name, [&](MPI_Request* r) {
-      return MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), mpi_type(buf.dtype(), name), mop,
-                            impl_->comm, r);
-    });
-  }
-  if (op == ReduceOp::Avg && size_ > 1) {
+  const bool widen = half && !reduce_in_half;  // reduced in float32, rounded once
+  const bool average = op == ReduceOp::Avg && size_ > 1;
+  AG_CHECK(t.numel() < (int64_t(1) << 31), name, "tensors of more than 2^31 - 1 elements are not supported, got ",
+           t.numel());
+  const MPI_Op mop = half && !widen ? half_op(op) : mpi_op(op, dt, name);
+  const MPI_Datatype type = half && !widen ? (dt == kBFloat16 ? g_bf16_type : g_f16_type) : mpi_type(widen ? kFloat32 : dt, name);
+  Tensor buf = widen ? t.to(kFloat32) : t;
+  const bool predivide = average && half && !widen;  // each rank's share first: the sum stays in range
+  if (predivide) {
     NoGradGuard ng;
     buf.mul_(1.0 / size_);
   }
-  if (half) {
-    NoGradGuard ng;
-    Tensor(t).copy_(buf);
-  } else {
-    detail::bump_version(t);
+  std::function<int(void*)> start;
+  if (buf.numel() > 0) {
+    start = [this, buf, type, mop](void* r) {
+      return MPI_Iallreduce(MPI_IN_PLACE, buf.raw_data(), int(buf.numel()), type, mop, impl_->comm,
+                            static_cast<MPI_Request*>(r));
+    };
   }
+  const double scale = average && !predivide ? 1.0 / size_ : 1.0;
+  return submit(name, std::move(start), [t, buf, widen, scale] {
+    if (scale != 1.0) Tensor(buf).mul_(scale);
+    if (widen) Tensor(t).copy_(buf);
+    else ampgrad::detail::bump_version(t);
+  });
 }
 
 void ProcessGroup::broadcast(const Tensor& t, int src) {
   const char* name = "broadcast";
-  check_tensor(t, name);
+  const bool cuda = check_tensor(t, name);
   AG_CHECK(src >= 0 && src < size_, name, "the source rank must be in [0, ", size_, "), got ", src);
   if (t.numel() == 0) return;
+  if (cuda) return detail::nccl_broadcast(*this, t, src);
   const int64_t count = t.numel();
   AG_CHECK(count < (int64_t(1) << 31), name, "tensors of more than 2^31 - 1 elements are not supported, got ", count);
-  run(*impl_, calls_, rank_, size_, timeout_, name, [&](MPI_Request* r) {
-    return MPI_Ibcast(t.raw_data(), int(count), mpi_type(t.dtype(), name), src, impl_->comm, r);
-  });
-  detail::bump_version(t);
+  const MPI_Datatype type = mpi_type(t.dtype(), name);
+  submit(
+      name,
+      [this, t, count, type, src](void* r) {
+        return MPI_Ibcast(t.raw_data(), int(count), type, src, impl_->comm, static_cast<MPI_Request*>(r));
+      },
+      [t] { ampgrad::detail::bump_version(t); })
+      .wait();
 }
 
 Tensor ProcessGroup::all_gather(const Tensor& t) {
   const char* name = "all_gather";
-  check_tensor(t, name);
+  const bool cuda = check_tensor(t, name);
   Shape out_shape = t.sizes();
   if (out_shape.empty()) out_shape = {int64_t(size_)};
   else out_shape[0] *= size_;
+  if (cuda && t.numel() > 0) return detail::nccl_all_gather(*this, t, out_shape);
   Tensor out = make_tensor(out_shape, t.dtype(), t.device(), name);
   const int64_t count = t.numel();
   AG_CHECK(count * size_ < (int64_t(1) << 31), name, "results of more than 2^31 - 1 elements are not supported");
   if (count == 0) return out;
-  run(*impl_, calls_, rank_, size_, timeout_, name, [&](MPI_Request* r) {
-    const MPI_Datatype mt = mpi_type(t.dtype(), name);
-    return MPI_Iallgather(t.raw_data(), int(count), mt, out.raw_data(), int(count), mt, impl_->comm, r);
-  });
+  const MPI_Datatype mt = mpi_type(t.dtype(), name);
+  submit(
+      name,
+      [this, t, out, count, mt](void* r) {
+        return MPI_Iallgather(t.raw_data(), int(count), mt, out.raw_data(), int(count), mt, impl_->comm,
+                              static_cast<MPI_Request*>(r));
+      },
+      nullptr)
+      .wait();
   return out;
 }
 
@@ -318,7 +508,7 @@ ProcessGroup& ProcessGroup::world() {
   AG_ERROR("dist", "this build has no MPI (install libopenmpi-dev and configure with AMPGRAD_MPI=ON)");
 }
 void ProcessGroup::barrier() {}
-void ProcessGroup::all_reduce(const Tensor&, ReduceOp) {}
+Work ProcessGroup::all_reduce_async(const Tensor&, ReduceOp, bool) { return Work(nullptr); }
 void ProcessGroup::broadcast(const Tensor&, int) {}
 Tensor ProcessGroup::all_gather(const Tensor& t) { return t; }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ampgrad/autograd.h"
+#include "ampgrad/backend.h"
 #include "ampgrad/error.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
@@ -130,51 +131,10 @@ StepResult LiteCore::step(optim::Optimizer& opt) {
 void LiteCore::sync_module(nn::Module& module) {
   if (group == nullptr) return;
   NoGradGuard ng;
-  for (const Tensor& p : module.parameters()) {
-    group->broadcast(p, 0);
-    if (std::find_if(synced.begin(), synced.end(), [&](const Tensor& q) { return q.unsafe_impl() == p.unsafe_impl(); }) == synced.end())
-      synced.push_back(p);
-  }
+  const std::vector<Tensor> params = module.parameters();
+  for (const Tensor& p : params) group->broadcast(p, 0);
   for (auto& [name, b] : module.named_buffers()) group->broadcast(b, 0);
-}
-
-void LiteCore::average_gradients() {
-  if (group == nullptr || group->size() == 1) return;
-  NoGradGuard ng;
-  // Buckets of gradients of one dtype, filled from the last parameter registered (the
-  // first whose gradient backward finishes), each reduced as one flat tensor.
-  std::vector<Tensor> bucket;
-  int64_t bytes = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    if (bucket.size() == 1 && bucket.front().is_contiguous()) {  // reduced where it lies
-      group->all_reduce(bucket.front(), dist::ReduceOp::Avg);
-      bucket.clear();
-      bytes = 0;
-      return;
-    }
-    std::vector<Tensor> flat;
-    for (const Tensor& g : bucket) flat.push_back(reshape(g, {g.numel()}));
-    Tensor buf = cat(flat);
-    group->all_reduce(buf, dist::ReduceOp::Avg);
-    int64_t at = 0;
-    for (const Tensor& g : bucket) {
-      Tensor(g).copy_(reshape(narrow(buf, 0, at, g.numel()), g.sizes()));
-      at += g.numel();
-    }
-    bucket.clear();
-    bytes = 0;
-  };
-  for (auto it = synced.rbegin(); it != synced.rend(); ++it) {
-    const Tensor g = it->grad();
-    AG_CHECK(g.defined(), "Lite::backward", "a parameter of shape ", it->sizes(),
-             " got no gradient on this rank: under ddp every rank must compute every parameter's gradient "
-             "(the averaging would wait for it on the other ranks)");
-    if (!bucket.empty() && (g.dtype() != bucket.front().dtype() || bytes >= kBucketBytes)) flush();
-    bucket.push_back(g);
-    bytes += g.numel() * int64_t(itemsize(g.dtype()));
-  }
-  flush();
+  reducer->add_parameters(params);
 }
 
 void LiteCore::warn(const std::string& line) const {
@@ -198,9 +158,20 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   AG_CHECK(o.strategy == "single" || o.strategy == "ddp", "Lite", "unknown strategy \"", o.strategy,
            "\" (single, ddp)");
   if (o.strategy == "ddp") {
-    AG_CHECK(core_->device.type == kCPU, "Lite", "strategy ddp runs on CPU tensors for now (", core_->device,
-             " needs the NCCL backend, not built yet)");
-    core_->group = &dist::ProcessGroup::world();
+    AG_CHECK(core_->device.type == kCPU || dist::built_with_nccl(), "Lite", "strategy ddp on ", core_->device,
+             " needs NCCL, which this build has not (CPU tensors go through MPI)");
+    dist::ProcessGroup* group = core_->group = &dist::ProcessGroup::world();
+    if (core_->device.type == kCUDA) {  // one GPU per process: the rank on this machine picks it
+      const int count = backend(Device(kCUDA), "Lite").device_count();
+      AG_CHECK(group->local_rank() < count, "Lite", "strategy ddp runs one process per GPU: local rank ",
+               group->local_rank(), " of ", group->local_size(), " on a machine with ", count, " GPUs");
+      core_->device = Device(kCUDA, group->local_rank());
+    }
+    core_->reducer = std::make_unique<dist::GradReducer>(*group, o.ddp);
+    // 16-mixed: a step skipped on one rank is skipped on all (the flag's max over the
+    // ranks), so that parameters and scales stay equal everywhere.
+    if (GradScaler* s = core_->plugin->scaler())
+      s->set_found_inf_reduction([group](const Tensor& flag) { group->all_reduce(flag, dist::ReduceOp::Max); });
   }
   if (!core_->decision.warning.empty() && is_global_zero()) core_->warn(core_->decision.warning);
 }
@@ -255,8 +226,9 @@ LiteOptimizer Lite::setup_optimizer(optim::Optimizer& optimizer) {
 void Lite::backward(const Tensor& loss) {
   core_->finish_iteration();  // a new iteration: apply the pending scale update first
   LiteBackwardScope scope;
+  if (core_->reducer) core_->reducer->prepare();
   core_->plugin->backward(loss);
-  core_->average_gradients();
+  if (core_->reducer) core_->reducer->finish();
 }
 
 Tensor Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {

@@ -72,8 +72,12 @@ struct LiteOptions {
   /// "single": this process alone. "ddp": one process of a data-parallel job started by
   /// mpirun (docs/distributed.md): setup broadcasts rank 0's parameters and buffers,
   /// backward averages the gradients over the ranks, print and save run on rank 0 only.
-  /// CPU tensors only for now (CUDA needs the NCCL backend).
+  /// CPU tensors go through MPI; CUDA ones through NCCL, one GPU per process (cuda:N for
+  /// the process of local rank N).
   std::string strategy = "single";
+  /// "ddp": how gradients are averaged (bucket size, overlap with backward, 16-bit
+  /// gradients reduced in float32 or in their own type).
+  dist::ReducerOptions ddp;
   OutputConversion output_conversion = OutputConversion::ToDefault;
   /// 16-true / bf16-true: keep float32 master weights in the optimizers (made from the
   /// float32 values before the model is converted).
@@ -93,8 +97,8 @@ struct LiteCore {
   LiteOptions options;
   /// "ddp": the job's process group; null for "single".
   dist::ProcessGroup* group = nullptr;
-  /// "ddp": the parameters of every module set up, whose gradients backward averages.
-  std::vector<Tensor> synced;
+  /// "ddp": averages the gradients of every module set up, during Lite::backward.
+  std::unique_ptr<dist::GradReducer> reducer;
   PrecisionDecision decision;
   Device device;
   std::unique_ptr<PrecisionPlugin> plugin;
@@ -117,10 +121,6 @@ struct LiteCore {
   /// "ddp": rank 0's parameters and buffers of module on every rank, and its parameters
   /// added to those whose gradients are averaged.
   void sync_module(nn::Module& module);
-  /// "ddp": every gradient of `synced` = its mean over the ranks, in buckets of about
-  /// kBucketBytes (reverse registration order: the order backward finishes them).
-  void average_gradients();
-  static constexpr int64_t kBucketBytes = 25 << 20;
 };
 
 }  // namespace detail
