@@ -1,6 +1,9 @@
 // ampgrad-train: trains an MLP, a CNN (Fashion-MNIST) or a small char-level GPT and reports
 // what a person wants to see: the hardware, the precision, a progress bar per epoch,
-// per-epoch loss and accuracy, and a closing summary.
+// per-epoch loss and accuracy, and a closing summary. With --strategy ddp it is one process
+// of a data-parallel job started by mpirun: every rank trains on its shard of each batch
+// source, the figures printed (by rank 0 alone) are the job's, and rank 0 writes the
+// checkpoints and the JSON.
 #include <ampgrad/ampgrad.h>
 #include <omp.h>
 #include <unistd.h>
@@ -55,6 +58,7 @@ struct Options {
   int64_t max_skip_run = 50;
   std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
   std::string accelerator = "auto";
+  std::string strategy = "single";
   std::string output_conversion = "to-default";
   std::string schedule = "cosine";
   bool quiet = false;
@@ -64,6 +68,7 @@ struct Options {
 };
 
 // One line per epoch, redrawn in place on a terminal, printed once at the end otherwise.
+// Under ddp it counts the samples of the whole job (every rank runs as many steps).
 class Progress {
  public:
   Progress(int epoch, int epochs, int64_t total, bool enabled, const char* unit)
@@ -95,19 +100,24 @@ class Progress {
 };
 
 // Test accuracy through the wrapped module, so evaluation runs in the training precision.
+// Under ddp each rank scores its shard and the counts are summed.
 template <class M>
 double accuracy(ag::LiteModule<M>& model, ag::Lite& lite, const ag::data::TensorDataset& test) {
   ag::NoGradGuard ng;
   model->eval();
   ag::data::DataLoader loader(std::shared_ptr<const ag::data::Dataset>(&test, [](const ag::data::Dataset*) {}),
                               {.batch_size = 1000});
-  int64_t correct = 0;
+  int64_t correct = 0, seen = 0;
   for (const auto& b : lite.setup_dataloader(loader)) {
     ag::Tensor pred = ag::argmax(model(b.input), 1);
     correct += ag::sum(ag::eq(pred, b.target)).item<int64_t>();
+    seen += b.target.size(0);
   }
   model->train();
-  return double(correct) / double(test.size());
+  ag::Tensor counts = ag::from_vector(std::vector<int64_t>{correct, seen}, {2});
+  lite.all_reduce(counts, ag::dist::ReduceOp::Sum);
+  const auto c = counts.to_vector<int64_t>();
+  return double(c[0]) / double(std::max<int64_t>(c[1], 1));
 }
 
 void print_hardware(const ag::Lite& lite) {
@@ -138,6 +148,10 @@ int main(int argc, char** argv) {
                  "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
                  "bf16-true");
   app.add_option("--accelerator", o.accelerator, "auto (default), cpu, cuda, cuda:N");
+  app.add_option("--strategy", o.strategy,
+                 "single (default) or ddp: one process of a data-parallel job started by mpirun -np N; "
+                 "--batch-size is per process")
+      ->check(CLI::IsMember({"single", "ddp"}));
   app.add_option("--output-conversion", o.output_conversion,
                  "dtype of the model's floating outputs: to-default (float32), to-input-dtype or none");
   app.add_option("--schedule", o.schedule, "learning rate over the run: cosine (decays to 0 by the last step) or constant")
@@ -171,9 +185,12 @@ int main(int argc, char** argv) {
     }
     ag::Lite lite({.accelerator = o.accelerator,
                    .precision = o.precision,
+                   .strategy = o.strategy,
                    .output_conversion = ag::parse_output_conversion(o.output_conversion)});
     lite.seed_everything(o.seed);
     const bool gpt = o.model == "gpt";
+    const int world = lite.world_size();
+    if (!lite.is_global_zero()) o.quiet = true;  // rank 0 speaks for the job
     if (!o.quiet) print_hardware(lite);
 
     // ---- data and model ----
@@ -210,8 +227,8 @@ int main(int argc, char** argv) {
                   (unsigned long long)o.seed);
     ag::optim::AdamW adamw(net->parameters(), {.lr = o.lr});
     auto [model, opt] = lite.setup(net, adamw);
-    const int64_t steps_per_epoch =
-        gpt ? o.steps_per_epoch : (train->size() + o.batch_size - 1) / o.batch_size;
+    const int64_t shard = gpt ? 0 : (train->size() + world - 1) / world;  // the samples of each rank per epoch
+    const int64_t steps_per_epoch = gpt ? o.steps_per_epoch : (shard + o.batch_size - 1) / o.batch_size;
     // The schedule follows the optimizer's real steps (a step skipped for an overflow
     // does not advance it) and is checkpointed, so a resumed run continues the curve.
     ag::LiteScheduler sched = lite.setup_scheduler(
@@ -282,7 +299,10 @@ int main(int argc, char** argv) {
         sched.step();
         ++step;
         ++batches;
-        const double value = loss.item<double>();
+        // Under ddp the job's mean loss, so that every rank takes the same decisions below.
+        ag::Tensor shared = loss.detach().to(ag::kCPU).to(ag::kFloat64).reshape({1});
+        if (world > 1) lite.all_reduce(shared, ag::dist::ReduceOp::Avg);
+        const double value = shared.item<double>();
         if (std::isfinite(value)) {
           loss_sum += value;
           ++finite_batches;
@@ -312,25 +332,32 @@ int main(int argc, char** argv) {
       if (gpt) {
         Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet, "tokens");
         for (int64_t i = 0; i < o.steps_per_epoch; ++i) {
-          auto idx = ag::randint(0, text->size(), {o.batch_size}).to_vector<int64_t>();
-          auto b = text->get_batch(idx);
+          // Every rank draws the job's batch (so the generators stay equal) and takes its part.
+          auto all = ag::randint(0, text->size(), {o.batch_size * world}).to_vector<int64_t>();
+          const auto first = all.begin() + lite.rank() * o.batch_size;
+          auto b = text->get_batch(std::vector<int64_t>(first, first + o.batch_size));
           ag::Tensor logits = model(lite.to_device(b.input));
           const int64_t V = text->vocab_size();
           train_on(ag::cross_entropy(logits.view({-1, V}), lite.to_device(b.target).view({-1})),
                    o.batch_size * o.block_size);
-          bar.update(i + 1, samples, mean_loss());
+          bar.update(i + 1, samples * world, mean_loss());
         }
-        bar.update(o.steps_per_epoch, samples, mean_loss(), true);
+        bar.update(o.steps_per_epoch, samples * world, mean_loss(), true);
       } else {
         auto loader = lite.setup_dataloader(ag::data::DataLoader(train, {.batch_size = o.batch_size, .shuffle = true}));
         Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet, "samples");
         for (const auto& b : loader) {
           train_on(ag::cross_entropy(model(b.input), b.target), b.input.size(0));
-          bar.update(batches, samples, mean_loss());
+          bar.update(batches, samples * world, mean_loss());
         }
-        bar.update(loader.num_batches(), samples, mean_loss(), true);
+        bar.update(loader.num_batches(), samples * world, mean_loss(), true);
       }
       const double train_time = seconds_since(t0);
+      if (world > 1) {  // the job's samples (the losses summed above are the job's already)
+        ag::Tensor all = ag::scalar_tensor(samples);
+        lite.all_reduce(all, ag::dist::ReduceOp::Sum);
+        samples = all.item<int64_t>();
+      }
       total_samples += double(samples);
       total_train_time += train_time;
       const int64_t skipped = opt.steps_skipped() - skipped_before;
@@ -359,10 +386,12 @@ int main(int argc, char** argv) {
     // ---- summary ----
     const double total = seconds_since(t_all);
     const double rate = total_train_time > 0 ? total_samples / total_train_time : 0;
+    if (!lite.is_global_zero()) return 0;  // the summary, the sample and the JSON are rank 0's
     std::printf("\nsummary: %s, %d epochs in %s, mean %s %s/s", o.model.c_str(), o.epochs - start_epoch,
                 fmt_time(total).c_str(), fmt_count(rate).c_str(), gpt ? "tokens" : "samples");
     if (!gpt) std::printf(", best test accuracy %.2f%%", 100 * best);
     std::printf(" (precision %s", ag::precision_name(lite.precision()));
+    if (world > 1) std::printf(", ddp over %d processes", world);
     if (lite.skipped_steps()) std::printf(", %lld steps skipped for overflow", (long long)lite.skipped_steps());
     std::printf(")\n");
     if (gpt) {
@@ -376,6 +405,8 @@ int main(int argc, char** argv) {
                           {"precision", ag::precision_name(lite.precision())},
                           {"precision_reason", lite.precision_reason()},
                           {"skipped_steps", lite.skipped_steps()},
+                          {"strategy", o.strategy},
+                          {"world_size", world},
                           {"epochs", log},
                           {"best_test_accuracy", best}, {"mean_rate", rate}}
                .dump(2)

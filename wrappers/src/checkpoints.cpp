@@ -69,9 +69,11 @@ std::vector<CheckpointFolder::Entry> CheckpointFolder::list() const {
 std::string CheckpointFolder::save(Lite& lite, const LiteState& state, int64_t number) const {
   const std::string path = path_for(number);
   std::error_code ec;
-  fs::create_directories(dir_, ec);
+  // Under ddp rank 0 alone writes (Lite::save) and rotates; the others only wait for it.
+  if (lite.is_global_zero()) fs::create_directories(dir_, ec);
   AG_CHECK(!ec, kOp, dir_, ": cannot create the folder: ", ec.message());
   lite.save(path, state);
+  if (!lite.is_global_zero()) return path;
   // The file just written always stays (a run resumed from an older checkpoint may save a
   // lower number than files already there); of the others, the newest keep - 1 stay.
   int kept = 1;

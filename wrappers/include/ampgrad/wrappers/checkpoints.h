@@ -46,7 +46,7 @@ class CheckpointFolder {
 
   /// Writes checkpoint `number` atomically (Lite::save), then deletes the oldest files so
   /// that `keep` remain: a deletion happens only after the new file is on disk. Returns the
-  /// new file's path.
+  /// new file's path. Under ddp every rank calls it; rank 0 alone writes and deletes.
   std::string save(Lite& lite, const LiteState& state, int64_t number) const;
 
   struct Skipped {
