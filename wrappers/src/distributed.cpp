@@ -32,6 +32,9 @@
 #if AMPGRAD_WITH_MPI
 #include <mpi.h>
 #endif
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 namespace ampgrad::dist {
 
@@ -303,12 +306,14 @@ void wait(ProcessGroup::Impl& impl, MPI_Request& req, int64_t seq, int rank, int
     if (done) return;
     if (Clock::now() >= deadline) break;
     AG_CHECK(!impl.stopping.load(), op, "the process is exiting with this collective in flight");
-    // Poll hard while a caller waits (a collective between processes on one machine takes
-    // microseconds), else (the caller computes) and after a while, let other threads and
-    // processes run: ranks often share cores.
-    if (waiters.load() == 0 || idle > 2000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle > 20000 ? 1000 : 50));
-    }
+    // MPI moves a non-blocking collective forward only inside MPI calls, so the polling
+    // rate is its speed. At first, and while a caller waits (its core is free), poll
+    // without pause, yielding to other processes (ranks often share cores); while the
+    // caller computes, poll every few microseconds (the driver's timer slack is small),
+    // backing off to a millisecond when nothing comes for long.
+    if (idle < 2000) continue;
+    if (waiters.load() > 0) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(idle > 200000 ? 1000 : 5));
   }
   // Who is there: every waiting rank tells every other rank the collective it waits in.
   const int64_t mine = seq;
@@ -398,6 +403,9 @@ Work ProcessGroup::submit(const char* op, std::function<int(void*)> start, std::
     impl_->queue.push_back(w);
     if (!impl_->driver.joinable()) {
       impl_->driver = std::thread([this] {
+#ifdef __linux__
+        prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);  // 1 us: short polling sleeps stay short
+#endif
         for (;;) {
           std::shared_ptr<Work::State> next;
           {
