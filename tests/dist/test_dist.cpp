@@ -128,7 +128,7 @@ TEST(Dist, AsyncReductionsOverlapTheCaller) {
 // layer's, before the first layer's gradient arrives), and its averages are the ranks'.
 TEST(Dist, GradReducerStartsBucketsDuringBackward) {
   if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
-  const int r = pg().rank(), n = pg().size();
+  const int r = pg().rank();
   for (bool overlap : {true, false}) {
     SCOPED_TRACE(overlap ? "overlap" : "after backward");
     manual_seed(5);
@@ -156,13 +156,13 @@ TEST(Dist, GradReducerStartsBucketsDuringBackward) {
     reducer.prepare();
     loss().backward();
     reducer.finish();
-    if (n > 1 && overlap) {  // l2's two buckets at least (l1.bias's too if it came first)
+    if (overlap) {  // l2's two buckets at least (l1.bias's too if it came first)
       EXPECT_GE(started_before_first, 2u);
       EXPECT_LT(started_before_first, 4u);
     } else {
       EXPECT_EQ(started_before_first, 0u);
     }
-    EXPECT_EQ(reducer.buckets_started(), n > 1 ? 4u : 0u);
+    EXPECT_EQ(reducer.buckets_started(), 4u);
     for (size_t i = 0; i < params.size(); ++i) {
       // want holds this rank's gradient: average it here, the plain way
       pg().all_reduce(want[i], dist::ReduceOp::Avg);
@@ -405,68 +405,7 @@ TEST(LiteDdp, DataLoaderGivesEachRankItsShard) {
 
 // ---- CUDA tensors through NCCL (the GPU machine runs these: scripts/gpu-check) ------------
 
-namespace {
-#define AGT_NEED_NCCL()                                                                      \
-  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";                 \
-  if (!dist::built_with_nccl()) AGT_SKIP_BUILD() << "built without NCCL";                   \
-  if (int(hw::query().cuda.size()) <= pg().local_rank()) AGT_SKIP_HARDWARE() << "no CUDA device for this rank"
-Device my_gpu() { return Device(kCUDA, pg().local_rank()); }
-}  // namespace
-
-TEST(DistNccl, CollectivesOnCudaTensors) {
-  AGT_NEED_NCCL();
-  const int r = pg().rank(), n = pg().size();
-  for (DType dt : {kFloat32, kBFloat16, kFloat16, kInt64}) {
-    SCOPED_TRACE(dtype_name(dt));
-    Tensor s = full({1000}, r + 1.0).to(dt).to(my_gpu()), mx = s.clone();
-    pg().all_reduce(s, dist::ReduceOp::Sum);
-    pg().all_reduce(mx, dist::ReduceOp::Max);
-    EXPECT_EQ(s.device(), my_gpu());
-    EXPECT_EQ(s.to(kCPU).to_vector<double>(), std::vector<double>(1000, n * (n + 1) / 2.0));
-    EXPECT_EQ(mx.to(kCPU).to_vector<double>(), std::vector<double>(1000, double(n)));
-  }
-  Tensor a = full({4}, 60000.0 - 10000.0 * r, kFloat16).to(my_gpu());  // in float32: no overflow
-  pg().all_reduce(a, dist::ReduceOp::Avg);
-  EXPECT_TRUE(agt::allclose(a.to(kCPU), full({4}, 60000.0 - 10000.0 * (n - 1) / 2.0), agt::tol_for(kFloat16)));
-  Tensor b = full({2, 3}, 100.0 * r + 7).to(my_gpu());
-  pg().broadcast(b, 0);
-  EXPECT_EQ(b.to(kCPU).to_vector<double>(), std::vector<double>(6, 7.0));
-  Tensor g = pg().all_gather(full({1, 2}, double(r)).to(my_gpu()));
-  ASSERT_EQ(g.sizes(), Shape({n, 2}));
-  EXPECT_EQ(g.device(), my_gpu());
-  EXPECT_EQ(g.to(kCPU).to_vector<double>()[size_t(2 * (n - 1))], double(n - 1));
-}
-
-// Lite "ddp" on the GPU: the same parameters as one process with the whole batch.
-TEST(DistNccl, LiteDdpOnCudaMatchesOneProcess) {
-  AGT_NEED_NCCL();
-  const int r = pg().rank(), n = pg().size();
-  const int64_t B = 6;
-  manual_seed(11);
-  auto net = make_mlp(), ref = make_mlp();
-  {
-    NoGradGuard ng;
-    for (size_t i = 0; i < net->parameters().size(); ++i) Tensor(ref->parameters()[i]).copy_(net->parameters()[i]);
-  }
-  optim::SGD sgd(net->parameters(), {.lr = 0.1}), ref_sgd(ref->parameters(), {.lr = 0.1});
-  Lite lite({.accelerator = "cuda", .precision = "32-true", .strategy = "ddp"});
-  EXPECT_EQ(lite.device(), my_gpu());
-  auto [model, o] = lite.setup(net, sgd);
-  Lite single({.accelerator = "cuda", .precision = "32-true"});
-  auto [ref_model, ref_o] = single.setup(ref, ref_sgd);
-  for (int step = 0; step < 5; ++step) {
-    manual_seed(90 + uint64_t(step));
-    const Tensor x = randn({n * B, 8}), y = randint(0, 4, {n * B});
-    o.zero_grad();
-    lite.backward(cross_entropy(model(narrow(x, 0, r * B, B).contiguous()), narrow(y, 0, r * B, B).contiguous()));
-    o.step();
-    ref_o.zero_grad();
-    single.backward(cross_entropy(ref_model(x), y));
-    ref_o.step();
-  }
-  for (size_t i = 0; i < net->parameters().size(); ++i)
-    EXPECT_TRUE(agt::allclose(net->parameters()[i].to(kCPU), ref->parameters()[i].to(kCPU), 0, 1e-5)) << i;
-}
+#include "dist/nccl_cases.h"
 
 // Rank 1 stops calling the collectives: rank 0's all_reduce ends after the timeout with an
 // error naming rank 1 (run.sh then checks that the job ended rather than hung).

@@ -505,20 +505,47 @@ Tensor ProcessGroup::all_gather(const Tensor& t) {
   return out;
 }
 
-#else  // no MPI in this build
+#else  // no MPI in this build: a job of one process (CUDA tensors still go through NCCL)
 
 bool built_with_mpi() { return false; }
 
 struct ProcessGroup::Impl {};
-ProcessGroup::ProcessGroup() = default;
+ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) { timeout_ = timeout_from_env(); }
 ProcessGroup::~ProcessGroup() = default;
+
 ProcessGroup& ProcessGroup::world() {
-  AG_ERROR("dist", "this build has no MPI (install libopenmpi-dev and configure with AMPGRAD_MPI=ON)");
+  // Several processes that each believed to be the whole job would train apart, silently.
+  AG_CHECK(!launched_by_mpi(), "dist", "an MPI launcher started this process, but this build has no MPI "
+           "(install libopenmpi-dev and configure with AMPGRAD_MPI=ON)");
+  static ProcessGroup* pg = new ProcessGroup();
+  return *pg;
 }
+
 void ProcessGroup::barrier() {}
-Work ProcessGroup::all_reduce_async(const Tensor&, ReduceOp, bool) { return Work(nullptr); }
-void ProcessGroup::broadcast(const Tensor&, int) {}
-Tensor ProcessGroup::all_gather(const Tensor& t) { return t; }
+
+Work ProcessGroup::all_reduce_async(const Tensor& t, ReduceOp op, bool reduce_in_half) {
+  const char* name = "all_reduce";
+  const bool cuda = check_tensor(t, name);
+  AG_CHECK(op != ReduceOp::Avg || t.is_floating_point(), name, "avg needs a floating tensor, got ",
+           dtype_name(t.dtype()));
+  if (cuda && t.numel() > 0) return detail::nccl_all_reduce(*this, t, op, reduce_in_half);
+  return detail::completed_work(nullptr);  // one rank: the tensor is the result
+}
+
+void ProcessGroup::broadcast(const Tensor& t, int src) {
+  const char* name = "broadcast";
+  const bool cuda = check_tensor(t, name);
+  AG_CHECK(src == 0, name, "the source rank must be in [0, 1), got ", src);
+  if (cuda && t.numel() > 0) detail::nccl_broadcast(*this, t, src);
+}
+
+Tensor ProcessGroup::all_gather(const Tensor& t) {
+  const char* name = "all_gather";
+  const bool cuda = check_tensor(t, name);
+  const Shape out_shape = t.sizes().empty() ? Shape{1} : t.sizes();
+  if (cuda && t.numel() > 0) return detail::nccl_all_gather(*this, t, out_shape);
+  return t.reshape(out_shape).clone();
+}
 
 #endif
 

@@ -38,8 +38,8 @@ const char* reduce_op_name(ReduceOp op);
 
 /// Whether this build has MPI (CMake found it; AMPGRAD_MPI=ON, the default).
 bool built_with_mpi();
-/// Whether this build has NCCL for CUDA tensors (the CUDA backend and MPI are built and
-/// CMake found nccl.h and libnccl beside the CUDA toolkit).
+/// Whether this build has NCCL for CUDA tensors (the CUDA backend is built and CMake found
+/// nccl.h and libnccl beside the CUDA toolkit).
 bool built_with_nccl();
 /// Whether an MPI launcher started this process (its environment says so), so that
 /// world() joins a job of several processes.
@@ -68,7 +68,9 @@ class Work {
 class ProcessGroup {
  public:
   /// The job's group: MPI is initialised on the first call (and finalised at exit, unless
-  /// the program had initialised it itself). Without MPI in the build, an ag::Error.
+  /// the program had initialised it itself). A build without MPI is a job of one process
+  /// (its CUDA collectives still run through NCCL), and an ag::Error when an MPI launcher
+  /// started it.
   static ProcessGroup& world();
 
   int rank() const { return rank_; }
