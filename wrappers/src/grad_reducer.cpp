@@ -142,8 +142,8 @@ void GradReducer::finish() {
   for (size_t i = 0; i < s.params.size(); ++i) {
     if (s.arrived[i]) continue;
     s.drain(false);
-    AG_ERROR("Lite::backward", "a parameter of shape ", s.params[i].sizes(),
-             " got no gradient on this rank: under ddp every rank must compute every parameter's gradient "
+    AG_ERROR("GradReducer", "parameter ", i, " (shape ", s.params[i].sizes(), ") got no gradient on rank ",
+             s.group->rank(), " in this backward pass: every rank must compute every parameter's gradient "
              "(the averaging would wait for it on the other ranks)");
   }
   s.launch_ready();

@@ -166,6 +166,13 @@ Tensor nccl_all_gather(ProcessGroup& group, const Tensor& t, const Shape& out_sh
 
 namespace ampgrad::dist {
 bool built_with_nccl() { return false; }
+
+namespace detail {
+// Never reached: the process group refuses CUDA tensors before it gets here.
+Work nccl_all_reduce(ProcessGroup&, const Tensor&, ReduceOp, bool) { AG_ERROR("all_reduce", "this build has no NCCL"); }
+void nccl_broadcast(ProcessGroup&, const Tensor&, int) { AG_ERROR("broadcast", "this build has no NCCL"); }
+Tensor nccl_all_gather(ProcessGroup&, const Tensor&, const Shape&) { AG_ERROR("all_gather", "this build has no NCCL"); }
+}  // namespace detail
 }  // namespace ampgrad::dist
 
 #endif
