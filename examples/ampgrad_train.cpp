@@ -300,9 +300,14 @@ int main(int argc, char** argv) {
         ++step;
         ++batches;
         // Under ddp the job's mean loss, so that every rank takes the same decisions below.
-        ag::Tensor shared = loss.detach().to(ag::kCPU).to(ag::kFloat64).reshape({1});
-        if (world > 1) lite.all_reduce(shared, ag::dist::ReduceOp::Avg);
-        const double value = shared.item<double>();
+        double value = 0;
+        if (world > 1) {
+          ag::Tensor shared = loss.detach().to(ag::kCPU).to(ag::kFloat64).reshape({1}).clone();
+          lite.all_reduce(shared, ag::dist::ReduceOp::Avg);
+          value = shared.item<double>();
+        } else {
+          value = loss.item<double>();
+        }
         if (std::isfinite(value)) {
           loss_sum += value;
           ++finite_batches;

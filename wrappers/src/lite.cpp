@@ -128,13 +128,15 @@ StepResult LiteCore::step(optim::Optimizer& opt) {
   return ok;
 }
 
-void LiteCore::sync_module(nn::Module& module) {
+void LiteCore::broadcast_module(nn::Module& module) {
   if (group == nullptr) return;
   NoGradGuard ng;
-  const std::vector<Tensor> params = module.parameters();
-  for (const Tensor& p : params) group->broadcast(p, 0);
+  for (const Tensor& p : module.parameters()) group->broadcast(p, 0);
   for (auto& [name, b] : module.named_buffers()) group->broadcast(b, 0);
-  reducer->add_parameters(params);
+}
+
+void LiteCore::average_gradients_of(nn::Module& module) {
+  if (reducer) reducer->add_parameters(module.parameters());
 }
 
 void LiteCore::warn(const std::string& line) const {

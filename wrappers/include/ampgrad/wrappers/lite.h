@@ -118,9 +118,10 @@ struct LiteCore {
   void unscale(optim::Optimizer& opt);
   StepResult step(optim::Optimizer& opt);
   void warn(const std::string& line) const;
-  /// "ddp": rank 0's parameters and buffers of module on every rank, and its parameters
-  /// added to those whose gradients are averaged.
-  void sync_module(nn::Module& module);
+  /// "ddp": rank 0's parameters and buffers of module on every rank.
+  void broadcast_module(nn::Module& module);
+  /// "ddp": module's parameters added to those whose gradients backward averages.
+  void average_gradients_of(nn::Module& module);
 };
 
 }  // namespace detail
@@ -333,15 +334,16 @@ class Lite {
   /// hold the module's parameters (it sees the conversion: parameters change in place).
   template <class M>
   std::pair<LiteModule<M>, LiteOptimizer> setup(std::shared_ptr<M> module, optim::Optimizer& optimizer) {
-    LiteOptimizer o = setup_optimizer(optimizer);  // first: masters from the float32 values
-    return {setup_module(std::move(module)), std::move(o)};
+    AG_CHECK(module != nullptr, "Lite::setup", "the module is null");
+    core_->broadcast_module(*module);               // ddp: rank 0's values, before masters are made
+    LiteOptimizer o = setup_optimizer(optimizer);  // then: masters from the float32 values
+    return {wrap_module(std::move(module)), std::move(o)};
   }
   template <class M>
   LiteModule<M> setup_module(std::shared_ptr<M> module) {
     AG_CHECK(module != nullptr, "Lite::setup", "the module is null");
-    convert(*module);
-    core_->sync_module(*module);
-    return LiteModule<M>(std::move(module), core_);
+    core_->broadcast_module(*module);
+    return wrap_module(std::move(module));
   }
   /// Under 16-true / bf16-true with master_weights, turns the optimizer's float32 master
   /// weights on and makes them from the parameters' current values: set up the optimizer
@@ -417,6 +419,14 @@ class Lite {
 
  private:
   void convert(nn::Module& module);
+  // Converts in place (the optimizer's parameters are the module's) and, under ddp,
+  // registers the parameters for gradient averaging.
+  template <class M>
+  LiteModule<M> wrap_module(std::shared_ptr<M> module) {
+    convert(*module);
+    core_->average_gradients_of(*module);
+    return LiteModule<M>(std::move(module), core_);
+  }
   std::shared_ptr<detail::LiteCore> core_;
 };
 
