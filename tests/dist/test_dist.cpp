@@ -344,6 +344,41 @@ TEST(LiteDdp, MasterWeightsStartFromRank0) {
   }
 }
 
+// Gradient accumulation: a backward under no_backward_sync runs no collective, and the
+// next one averages the sum of both micro-batches' gradients.
+TEST(LiteDdp, NoBackwardSyncAccumulatesThenAverages) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  const int r = pg().rank();
+  manual_seed(4);
+  auto net = make_mlp(), copy = make_mlp();
+  optim::SGD sgd(net->parameters(), {.lr = 0.1});
+  Lite lite({.accelerator = "cpu", .precision = "32-true", .strategy = "ddp"});
+  auto [model, o] = lite.setup(net, sgd);
+  {
+    NoGradGuard ng;
+    for (size_t i = 0; i < net->parameters().size(); ++i) Tensor(copy->parameters()[i]).copy_(net->parameters()[i]);
+  }
+  manual_seed(60 + uint64_t(r));
+  const Tensor x1 = randn({3, 8}), y1 = randint(0, 4, {3}), x2 = randn({3, 8}), y2 = randint(0, 4, {3});
+  o.zero_grad();
+  const int64_t calls = pg().calls();
+  {
+    auto skip = lite.no_backward_sync();
+    lite.backward(cross_entropy(model(x1), y1));
+  }
+  EXPECT_EQ(pg().calls(), calls);  // nothing reduced yet
+  lite.backward(cross_entropy(model(x2), y2));
+  EXPECT_GT(pg().calls(), calls);
+  // the reference: this rank's two gradients summed, averaged over the ranks by hand
+  cross_entropy(copy->forward(x1), y1).backward();
+  cross_entropy(copy->forward(x2), y2).backward();
+  for (size_t i = 0; i < net->parameters().size(); ++i) {
+    Tensor want = copy->parameters()[i].grad().clone();
+    pg().all_reduce(want, dist::ReduceOp::Avg);
+    EXPECT_TRUE(agt::allclose(net->parameters()[i].grad(), want, 0, 1e-6)) << "parameter " << i;
+  }
+}
+
 // The reducer's options: buckets of one parameter each, reduced after backward, give the
 // same result as the defaults.
 TEST(LiteDdp, ReducerOptionsKeepTheResult) {

@@ -148,6 +148,11 @@ void LiteCore::warn(const std::string& line) const {
 
 // ---- Lite ----------------------------------------------------------------------------------
 
+NoBackwardSync::NoBackwardSync(std::shared_ptr<detail::LiteCore> core) : core_(std::move(core)) {
+  ++core_->no_sync_depth;
+}
+NoBackwardSync::~NoBackwardSync() { --core_->no_sync_depth; }
+
 Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   core_->options = std::move(options);
   const LiteOptions& o = core_->options;
@@ -228,9 +233,10 @@ LiteOptimizer Lite::setup_optimizer(optim::Optimizer& optimizer) {
 void Lite::backward(const Tensor& loss) {
   core_->finish_iteration();  // a new iteration: apply the pending scale update first
   LiteBackwardScope scope;
-  if (core_->reducer) core_->reducer->prepare();
+  const bool reduce = core_->reducer && core_->no_sync_depth == 0;
+  if (reduce) core_->reducer->prepare();
   core_->plugin->backward(loss);
-  if (core_->reducer) core_->reducer->finish();
+  if (reduce) core_->reducer->finish();
 }
 
 Tensor Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {

@@ -99,6 +99,8 @@ struct LiteCore {
   dist::ProcessGroup* group = nullptr;
   /// "ddp": averages the gradients of every module set up, during Lite::backward.
   std::unique_ptr<dist::GradReducer> reducer;
+  /// Open NoBackwardSync scopes: backward leaves the gradients local.
+  int no_sync_depth = 0;
   PrecisionDecision decision;
   Device device;
   std::unique_ptr<PrecisionPlugin> plugin;
@@ -308,6 +310,18 @@ class StateItem {
 };
 using LiteState = std::map<std::string, StateItem>;
 
+/// The scope of Lite::no_backward_sync().
+class NoBackwardSync {
+ public:
+  explicit NoBackwardSync(std::shared_ptr<detail::LiteCore> core);
+  ~NoBackwardSync();
+  NoBackwardSync(const NoBackwardSync&) = delete;
+  NoBackwardSync& operator=(const NoBackwardSync&) = delete;
+
+ private:
+  std::shared_ptr<detail::LiteCore> core_;
+};
+
 class Lite {
  public:
   /// Resolves the accelerator and the precision (printing the warning line of an emulated
@@ -366,6 +380,14 @@ class Lite {
   /// Backward from the loss: scaled under 16-mixed (where a plain loss.backward() on a
   /// wrapped module's output is refused, since the scale would be silently missing).
   void backward(const Tensor& loss);
+  /// Under "ddp", backward calls in this scope leave the gradients on each rank, where
+  /// they accumulate; the first backward after it averages the sums. Gradient
+  /// accumulation without a reduction per micro-batch (Fabric's no_backward_sync):
+  ///   { auto skip = lite.no_backward_sync(); lite.backward(loss_of(micro_batch_1)); }
+  ///   lite.backward(loss_of(micro_batch_2));  // averages both micro-batches' gradients
+  ///   opt.step();
+  /// With "single", nothing to skip.
+  [[nodiscard]] NoBackwardSync no_backward_sync() const { return NoBackwardSync(core_); }
   /// Clips the gradients of the module's parameters to a total 2-norm of max_norm, after
   /// unscaling them under 16-mixed, on the device; returns the norm before clipping
   /// (unscaled) as a 0-dim float32 tensor there (reading it is a host sync).
