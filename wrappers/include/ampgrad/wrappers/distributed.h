@@ -8,15 +8,16 @@
 //
 // Processes are started by an MPI launcher (OpenMPI's mpirun); rank, world size and the
 // rank within the machine come from MPI. A process started without one is a job of one.
-// Collectives take contiguous tensors. CPU tensors go through MPI's own algorithms; CUDA
-// tensors through NCCL (when the build has it), on a stream of the group's, ordered after
-// the caller's stream and before its later work without host waits; float16 and bfloat16 are reduced in float32 and rounded
-// once, unless the caller asks to reduce them in their own type (half the bytes on the
-// wire). all_reduce_async starts a reduction and returns at once: a thread of the group
-// drives it while the caller computes (Lite's "ddp" reduces gradient buckets this way
-// during backward), and the returned Work's wait() finishes it. Every collective waits at most timeout() (AMPGRAD_DIST_TIMEOUT seconds, default
-// 300): past it the ranks that are still there find out which ranks never reached the
-// collective and throw an ag::Error naming them, so that a process that died or hangs
+// Collectives take contiguous tensors: CPU tensors go through MPI's own algorithms, CUDA
+// tensors through NCCL (when the build has it) on a stream of the group's, ordered after
+// the caller's stream and before its later work without host waits. float16 and bfloat16
+// are reduced in float32 and rounded once, unless the caller asks to reduce them in their
+// own type (half the bytes on the wire). all_reduce_async starts a reduction and returns
+// at once: a thread of the group drives it while the caller computes (Lite's "ddp"
+// reduces gradient buckets this way during backward), and the returned Work's wait()
+// finishes it. Every collective waits at most timeout() (AMPGRAD_DIST_TIMEOUT seconds,
+// default 300): past it the ranks that are still there find out which ranks never reached
+// the collective and throw an ag::Error naming them, so that a process that died or hangs
 // ends the job instead of leaving the others waiting forever. After such an error the
 // group is unusable. docs/distributed.md has the launch recipes and the failure model.
 #pragma once
@@ -25,7 +26,6 @@
 #include <chrono>
 #include <functional>
 #include <memory>
-
 #include <vector>
 
 #include "ampgrad/tensor.h"
