@@ -47,7 +47,9 @@ ncclDataType_t nccl_type(DType d, const char* op) {
     case kUInt8:
     case kBool: return ncclUint8;
   }
-  AG_ERROR(op, "no NCCL type for dtype ", dtype_name(d));
+  // Every dtype is listed above: only a value outside the enum reaches this line, so it is
+  // printed as a number (dtype_name would index past its table).
+  AG_ERROR(op, "no NCCL type for dtype number ", int(d));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op, DType d, const char* name) {
