@@ -124,6 +124,8 @@ const std::vector<Problem>& problems() {
       {{3}, 19, 7, 6, 9, MaskKind::Causal},       {{2}, 70, 200, 8, 8, MaskKind::Bool},
       {{2, 2}, 33, 129, 5, 7, MaskKind::Float},   {{}, 1, 1, 3, 2, MaskKind::None},
       {{2, 2}, 100, 64, 8, 4, MaskKind::Bool},    {{1}, 129, 3, 4, 4, MaskKind::Causal},
+      // keys transposed partly in 16 x 16 blocks (AVX-512), with rows and columns left over
+      {{2}, 37, 37, 40, 24, MaskKind::Causal},
   };
   return ps;
 }
