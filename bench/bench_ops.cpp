@@ -21,6 +21,10 @@
 // gradients dropped after each iteration): ours is the fused scaled_dot_product_attention
 // (one kernel each way), its peer the five ops it replaced in the GPT (matmul, scale,
 // where-mask, softmax, matmul), in the same run.
+// gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
+// (3 KiB each) of a Fashion-MNIST-sized float32 tensor (188 MB, far beyond the caches):
+// ours draws the rows at random, as a shuffled epoch does; its ceiling, contiguous_rows,
+// copies 128 consecutive rows from a point that moves through the tensor (cold too).
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
@@ -29,6 +33,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 namespace {
 
@@ -51,6 +56,32 @@ void BM_add_ampgrad(benchmark::State& state) {
       benchmark::DoNotOptimize(c.raw_data());
     }
     set_bytes(state, kAddN);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+// One batch gather per iteration; `shuffled` draws the rows at random, else consecutive.
+void BM_gather_batch(benchmark::State& state, bool shuffled) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    constexpr int64_t kRows = 60000, kCols = 784, kBatch = 128, kBatches = kRows / kBatch;
+    const ag::Tensor data = ag::rand({kRows, kCols});
+    std::vector<int64_t> order(static_cast<size_t>(kRows));
+    for (int64_t i = 0; i < kRows; ++i) order[size_t(i)] = i;
+    if (shuffled) order = ag::data::random_permutation(kRows);
+    std::vector<ag::Tensor> batches;
+    for (int64_t b = 0; b < kBatches; ++b)
+      batches.push_back(ag::from_vector(std::vector<int64_t>(order.begin() + b * kBatch, order.begin() + (b + 1) * kBatch), {kBatch}));
+    int64_t b = 0;
+    for (auto _ : state) {
+      ag::Tensor x = ag::index_select(data, 0, batches[size_t(b)]);
+      benchmark::DoNotOptimize(x.raw_data());
+      b = (b + 1) % kBatches;
+    }
+    state.counters["GB/s"] = benchmark::Counter(double(kBatch * kCols) * sizeof(float) * 1e-9,
+                                                benchmark::Counter::kIsIterationInvariantRate);
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -212,6 +243,8 @@ BENCHMARK_CAPTURE(BM_cross_entropy, fused_512x8192, true, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_512x8192, false, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_gather_batch, shuffled, true)->Name("gather_batch/float32/60000x784/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_gather_batch, consecutive, false)->Name("gather_batch/float32/60000x784/contiguous_rows")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_add_omp)->Name("add/float32/16M/omp_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_tiny_add_nograd)->Name("tiny_add/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);
