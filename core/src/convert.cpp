@@ -170,6 +170,31 @@ void run_half_isa(const Src* src, Dst* dst, size_t n, detail::HalfIsa isa) {
 #endif
 }
 
+// The widening kernel that dispatch would run for Src and path, to call once per row.
+template <class Src>
+auto widen_kernel(ConvertPath path) -> void (*)(const Src*, float*, size_t) {
+  constexpr bool bf16 = std::is_same_v<Src, BFloat16>;
+  const bool vec = path == ConvertPath::Vectorized ||
+                   (path == ConvertPath::Auto && vectorized_convert_available(bf16));
+  if (!vec) return &convert_portable<Src, float>;
+#if AG_CONVERT_X86
+  if constexpr (bf16) {
+    if (vectorized_convert_available(true)) return &bf16_to_f32_avx512;
+  } else {
+    if (detail::half_vector_isa() == detail::HalfIsa::Avx512) return &f16_to_f32_avx512;
+    if (detail::half_vector_isa() == detail::HalfIsa::F16C256) return &f16_to_f32_f16c;
+  }
+#endif
+  unavailable(bf16 ? "bf16" : "fp16");
+}
+
+template <class Src>
+void widen_rows(const Src* src, size_t ld, float* dst, size_t rows, size_t cols, ConvertPath path) {
+  if (rows == 0 || cols == 0) return;
+  const auto k = widen_kernel<Src>(path);
+  for (size_t r = 0; r < rows; ++r) k(src + r * ld, dst + r * cols, cols);
+}
+
 template <class Src, class Dst>
 void dispatch(const Src* src, Dst* dst, size_t n, ConvertPath path) {
   constexpr bool bf16 = std::is_same_v<Src, BFloat16> || std::is_same_v<Dst, BFloat16>;
@@ -193,6 +218,12 @@ void convert(const float* src, Half* dst, size_t n, ConvertPath path) { dispatch
 void convert(const Half* src, float* dst, size_t n, ConvertPath path) { dispatch(src, dst, n, path); }
 void convert(const float* src, BFloat16* dst, size_t n, ConvertPath path) { dispatch(src, dst, n, path); }
 void convert(const BFloat16* src, float* dst, size_t n, ConvertPath path) { dispatch(src, dst, n, path); }
+void convert_rows(const Half* src, size_t src_ld, float* dst, size_t rows, size_t cols, ConvertPath path) {
+  widen_rows(src, src_ld, dst, rows, cols, path);
+}
+void convert_rows(const BFloat16* src, size_t src_ld, float* dst, size_t rows, size_t cols, ConvertPath path) {
+  widen_rows(src, src_ld, dst, rows, cols, path);
+}
 
 bool vectorized_convert_available(bool bfloat16) {
   if (!bfloat16) return detail::half_vector_isa() != detail::HalfIsa::None;

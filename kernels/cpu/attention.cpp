@@ -107,8 +107,8 @@ Rows<A> entry_rows(const Tensor& t, int64_t b, std::vector<A>& buf) {
     if ((cs == 1 || C <= 1) && rs >= std::max<int64_t>(C, 1)) return {base, rs};
   }
   buf.resize(size_t(R * C));
-  for (int64_t r = 0; r < R; ++r)
-    load_acc<T>(reinterpret_cast<const char*>(base + r * rs), cs * int64_t(sizeof(T)), buf.data() + r * C, C);
+  load_acc_rows<T>(reinterpret_cast<const char*>(base), rs * int64_t(sizeof(T)), cs * int64_t(sizeof(T)), buf.data(),
+                   R, C);
   return {buf.data(), std::max<int64_t>(C, 1)};
 }
 

@@ -479,13 +479,10 @@ void run_reduce(const Plan& p, const Red& red, const Sink& sink) {
           for (int64_t i = 0; i < n;) {
             const int nv = n - i >= 4 ? 4 : 1;
             const A* v[4];
+            if constexpr (!std::is_same_v<T, A>) load_acc_rows<T, A>(ptr + i * s, s, p.item, buf, nv, w);
             for (int q = 0; q < nv; ++q) {
-              if constexpr (std::is_same_v<T, A>) {
-                v[q] = reinterpret_cast<const A*>(ptr + (i + q) * s);
-              } else {
-                load_acc<T, A>(ptr + (i + q) * s, p.item, buf + q * W, w);
-                v[q] = buf + q * W;
-              }
+              if constexpr (std::is_same_v<T, A>) v[q] = reinterpret_cast<const A*>(ptr + (i + q) * s);
+              else v[q] = buf + q * w;
             }
             red.block_step(*blk, v, nv, w, i0 + i);
             i += nv;

@@ -39,6 +39,20 @@ inline void load_acc(const char* p, int64_t stride, A* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = cast<A>(*reinterpret_cast<const T*>(p + i * stride));
 }
 
+/// load_acc for rows x cols elements whose rows start row_stride bytes apart (elements
+/// stride bytes apart within a row), into dst row-major (rows cols apart). 16-bit rows of
+/// unit stride take convert_rows: one dispatch for the matrix, not one per row.
+template <class T, class A = acc_type_t<T>>
+inline void load_acc_rows(const char* p, int64_t row_stride, int64_t stride, A* dst, int64_t rows, int64_t cols) {
+  if constexpr (is_float16_v<T>) {
+    if (stride == int64_t(sizeof(T)) && row_stride % int64_t(sizeof(T)) == 0 && row_stride >= 0) {
+      convert_rows(reinterpret_cast<const T*>(p), size_t(row_stride) / sizeof(T), dst, size_t(rows), size_t(cols));
+      return;
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) load_acc<T>(p + r * row_stride, stride, dst + r * cols, cols);
+}
+
 template <class T, class A = acc_type_t<T>>
 inline void store_acc(const A* src, char* p, int64_t stride, int64_t n) {
   if constexpr (is_float16_v<T>) {

@@ -309,6 +309,30 @@ TYPED_TEST(Float16Test, VectorizedTailsAndAlignment) {
   convert(static_cast<const float*>(nullptr), static_cast<T*>(nullptr), 0, ConvertPath::Vectorized);
 }
 
+// convert_rows widens every row as convert does, on each available path, whatever the
+// source rows' spacing (wider than a row, overlapping, or 0), and writes nothing else.
+TYPED_TEST(Float16Test, ConvertRowsMatchesConvertPerRow) {
+  using T = TypeParam;
+  std::mt19937 rng(99);
+  std::vector<T> src(600);
+  for (auto& v : src) v = T::from_bits(uint16_t(rng()));
+  std::vector<ConvertPath> paths{ConvertPath::Portable, ConvertPath::Auto};
+  if (vectorized_convert_available(is_bf16<T>)) paths.push_back(ConvertPath::Vectorized);
+  for (const ConvertPath path : paths)
+    for (const size_t cols : {size_t(1), size_t(15), size_t(16), size_t(33), size_t(64)})
+      for (const size_t ld : {size_t(0), cols / 2, cols, cols + 7, size_t(100)}) {
+        const size_t rows = 5;
+        std::vector<float> got(rows * cols + 2, -7.0f), want(rows * cols, 0.0f);
+        convert_rows(src.data() + 3, ld, got.data() + 1, rows, cols, path);
+        for (size_t r = 0; r < rows; ++r) convert(src.data() + 3 + r * ld, want.data() + r * cols, cols, ConvertPath::Portable);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(fbits(got[i + 1]), fbits(want[i])) << "path " << int(path) << " cols " << cols << " ld " << ld << " i " << i;
+        EXPECT_EQ(fbits(got.front()), fbits(-7.0f));
+        EXPECT_EQ(fbits(got.back()), fbits(-7.0f));
+      }
+  convert_rows(static_cast<const T*>(nullptr), 0, nullptr, 0, 0);
+}
+
 TYPED_TEST(Float16Test, AutoEqualsPortable) {
   using T = TypeParam;
   std::vector<float> src(1000);

@@ -250,6 +250,9 @@ TEST(ReduceTest, HalfDtypesWithinToleranceOfFloat32) {
           EXPECT_EQ(got.dtype(), dt);
           EXPECT_TRUE(agt::allclose(got, c.op(x32, dims, keepdim), agt::tol_for(dt)));
         }
+    // the columns layout over more than one block of 256 columns (widened 4 rows at a time)
+    const Tensor wide = ag::randn({37, 300}, ag::kFloat32).to(dt);
+    EXPECT_TRUE(agt::allclose(ag::sum(wide, {0}), ag::sum(wide.to(ag::kFloat32), {0}), agt::tol_for(dt)));
     auto [v, i] = ag::max(xh, 1);
     auto [v32, i32] = ag::max(x32, 1);
     EXPECT_TRUE(agt::allclose(v, v32, 0, 0));

@@ -33,6 +33,14 @@ void convert(const Half* src, float* dst, size_t n, ConvertPath path = ConvertPa
 void convert(const float* src, BFloat16* dst, size_t n, ConvertPath path = ConvertPath::Auto);
 void convert(const BFloat16* src, float* dst, size_t n, ConvertPath path = ConvertPath::Auto);
 
+/// Widens a rows x cols matrix whose rows start src_ld elements apart (any src_ld: rows may
+/// overlap, 0 repeats one row) into dst, row-major and dense: the per-row conversions above, with the path chosen once for
+/// the whole matrix (the rows of a strided view, an attention head's, are often short).
+void convert_rows(const Half* src, size_t src_ld, float* dst, size_t rows, size_t cols,
+                  ConvertPath path = ConvertPath::Auto);
+void convert_rows(const BFloat16* src, size_t src_ld, float* dst, size_t rows, size_t cols,
+                  ConvertPath path = ConvertPath::Auto);
+
 /// Whether ConvertPath::Vectorized works on this CPU for fp16 (false) or bf16 (true).
 bool vectorized_convert_available(bool bfloat16);
 
