@@ -121,9 +121,11 @@ struct Widened {
 
 #if defined(__x86_64__)
 // GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 // dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 block: 16 rows in registers, then the
 // usual three rounds of shuffles (32-bit pairs, 64-bit pairs, 128-bit lanes twice).
 __attribute__((target("avx512f"))) inline void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
@@ -156,14 +158,16 @@ __attribute__((target("avx512f"))) inline void transpose16(const float* src, int
   for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * ldd, r[k]);
 }
 
-// The full 16 x 16 blocks of an R x C transpose on AVX-512; returns false without AVX-512.
-__attribute__((target("avx512f"))) bool transpose_blocks_avx512(const float* src, int64_t lds, int64_t R, int64_t C,
+// The full 16 x 16 blocks of an R x C transpose (dst's leading dimension R); the caller
+// checks that the CPU has AVX-512 and copies the leftover rows and columns.
+__attribute__((target("avx512f"))) void transpose_blocks_avx512(const float* src, int64_t lds, int64_t R, int64_t C,
                                                                 float* dst) {
   for (int64_t r0 = 0; r0 + 16 <= R; r0 += 16)
     for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * R + r0, R);
-  return true;
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 #endif
 
 // The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products
@@ -178,7 +182,10 @@ Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) 
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>) {
     static const bool avx512 = hw::cpu_features().avx512f;
-    if (avx512 && transpose_blocks_avx512(m.p, m.ld, R, C, buf.data())) R16 = R / 16 * 16, C16 = C / 16 * 16;
+    if (avx512) {
+      transpose_blocks_avx512(m.p, m.ld, R, C, buf.data());
+      R16 = R / 16 * 16, C16 = C / 16 * 16;
+    }
   }
 #endif
   for (int64_t r = 0; r < R; ++r)
