@@ -170,46 +170,47 @@ void run_half_isa(const Src* src, Dst* dst, size_t n, detail::HalfIsa isa) {
 #endif
 }
 
-// The widening kernel that dispatch would run for Src and path, to call once per row.
-template <class Src>
-auto widen_kernel(ConvertPath path) -> void (*)(const Src*, float*, size_t) {
-  constexpr bool bf16 = std::is_same_v<Src, BFloat16>;
+// The kernel for these types on this path: portable, or the vectorized one this CPU runs
+// (throws when the path asks for one it lacks). Chosen once per call, or once per matrix
+// for convert_rows.
+template <class Src, class Dst>
+auto kernel_for(ConvertPath path) -> void (*)(const Src*, Dst*, size_t) {
+  constexpr bool bf16 = std::is_same_v<Src, BFloat16> || std::is_same_v<Dst, BFloat16>;
   const bool vec = path == ConvertPath::Vectorized ||
                    (path == ConvertPath::Auto && vectorized_convert_available(bf16));
-  if (!vec) return &convert_portable<Src, float>;
+  if (!vec) return &convert_portable<Src, Dst>;
 #if AG_CONVERT_X86
+  constexpr bool narrow = std::is_same_v<Src, float>;
   if constexpr (bf16) {
-    if (vectorized_convert_available(true)) return &bf16_to_f32_avx512;
+    if (vectorized_convert_available(true)) {
+      if constexpr (narrow) return &f32_to_bf16_avx512;
+      else return &bf16_to_f32_avx512;
+    }
   } else {
-    if (detail::half_vector_isa() == detail::HalfIsa::Avx512) return &f16_to_f32_avx512;
-    if (detail::half_vector_isa() == detail::HalfIsa::F16C256) return &f16_to_f32_f16c;
+    const detail::HalfIsa isa = detail::half_vector_isa();
+    if (isa == detail::HalfIsa::Avx512) {
+      if constexpr (narrow) return &f32_to_f16_avx512;
+      else return &f16_to_f32_avx512;
+    }
+    if (isa == detail::HalfIsa::F16C256) {
+      if constexpr (narrow) return &f32_to_f16_f16c;
+      else return &f16_to_f32_f16c;
+    }
   }
 #endif
   unavailable(bf16 ? "bf16" : "fp16");
 }
 
+template <class Src, class Dst>
+void dispatch(const Src* src, Dst* dst, size_t n, ConvertPath path) {
+  kernel_for<Src, Dst>(path)(src, dst, n);
+}
+
 template <class Src>
 void widen_rows(const Src* src, size_t ld, float* dst, size_t rows, size_t cols, ConvertPath path) {
   if (rows == 0 || cols == 0) return;
-  const auto k = widen_kernel<Src>(path);
+  const auto k = kernel_for<Src, float>(path);
   for (size_t r = 0; r < rows; ++r) k(src + r * ld, dst + r * cols, cols);
-}
-
-template <class Src, class Dst>
-void dispatch(const Src* src, Dst* dst, size_t n, ConvertPath path) {
-  constexpr bool bf16 = std::is_same_v<Src, BFloat16> || std::is_same_v<Dst, BFloat16>;
-  const bool vec = path == ConvertPath::Vectorized ||
-                   (path == ConvertPath::Auto && vectorized_convert_available(bf16));
-  if (!vec) return convert_portable(src, dst, n);
-  if constexpr (!bf16) {
-    run_half_isa(src, dst, n, detail::half_vector_isa());
-  } else {
-    if (!vectorized_convert_available(true)) unavailable("bf16");
-#if AG_CONVERT_X86
-    if constexpr (std::is_same_v<Dst, BFloat16>) f32_to_bf16_avx512(src, dst, n);
-    else bf16_to_f32_avx512(src, dst, n);
-#endif
-  }
 }
 
 }  // namespace

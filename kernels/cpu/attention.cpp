@@ -61,10 +61,24 @@ struct Diagonal {
   int64_t off = 0;
   bool cut = false;
   Diagonal(bool causal, int64_t i0, int64_t j0, int64_t cols) : off(i0 - j0), cut(causal && j0 + cols - 1 > i0) {}
-  // keys [0, n) hold everything that queries [0, r1) see
-  int64_t keys_seen(int64_t r1, int64_t cols) const { return std::clamp<int64_t>(r1 + off, 0, cols); }
-  // queries [r, rows) hold everything that sees keys [c0, ...)
-  int64_t first_query(int64_t c0, int64_t rows) const { return std::clamp<int64_t>(c0 - off, 0, rows); }
+  // f(r0, r1, n) per stripe of queries r0..r1 of a rows x cols tile, n the keys [0, n) that
+  // hold everything the stripe sees (0: none); one call for the whole tile when not cut.
+  template <class F>
+  void query_stripes(int64_t rows, int64_t cols, const F& f) const {
+    if (!cut) return f(int64_t(0), rows, cols);
+    for (int64_t r0 = 0; r0 < rows; r0 += kStripe) {
+      const int64_t r1 = std::min(rows, r0 + kStripe);
+      f(r0, r1, std::clamp<int64_t>(r1 + off, 0, cols));
+    }
+  }
+  // f(c0, c1, r) per stripe of keys c0..c1, queries [r, rows) holding every one that sees
+  // them (r == rows: none); one call for the whole tile when not cut.
+  template <class F>
+  void key_stripes(int64_t rows, int64_t cols, const F& f) const {
+    if (!cut) return f(int64_t(0), cols, int64_t(0));
+    for (int64_t c0 = 0; c0 < cols; c0 += kStripe)
+      f(c0, std::min(cols, c0 + kStripe), std::clamp<int64_t>(c0 - off, 0, rows));
+  }
 };
 
 // The sizes of one call (backend.h), and how many batch entries a parallel chunk takes.
@@ -209,13 +223,11 @@ struct Entry {
 template <class A>
 void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
                 A* s) {
-  const Diagonal dg(causal, i0, j0, cols);
-  for (int64_t r0 = 0; r0 < rows; r0 += dg.cut ? kStripe : rows) {
-    const int64_t r1 = dg.cut ? std::min(rows, r0 + kStripe) : rows, n = dg.cut ? dg.keys_seen(r1, cols) : cols;
+  Diagonal(causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
     if (n > 0)
       tile_gemm(false, false, r1 - r0, n, d.D, e.scale, e.q.p + (i0 + r0) * e.q.ld, e.q.ld, e.kt.p + j0, e.kt.ld, A(0),
                 s + r0 * kBc, kBc);
-  }
+  });
   if (e.mask) {
     for (int64_t r = 0; r < rows; ++r) {
       const A* m = e.mask + (i0 + r) * e.mr + j0 * e.mc;
@@ -404,13 +416,11 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
           ra.dv = d.Dv;
           run_rows(RowStep::OnlineSoftmax, ra);
           // acc += P V, each stripe of queries over the keys it sees (P is 0 past them)
-          const Diagonal dg(p.causal, i0, j0, cols);
-          for (int64_t r0 = 0; r0 < rows; r0 += dg.cut ? kStripe : rows) {
-            const int64_t r1 = dg.cut ? std::min(rows, r0 + kStripe) : rows, n = dg.cut ? dg.keys_seen(r1, cols) : cols;
+          Diagonal(p.causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
             if (n > 0)
               tile_gemm(false, false, r1 - r0, d.Dv, n, A(1), s.data() + r0 * kBc, kBc, e.v.p + j0 * e.v.ld, e.v.ld, A(1),
                         acc.data() + r0 * d.Dv, d.Dv);
-          }
+          });
         }
         for (int64_t r = 0; r < rows; ++r) {
           // l == 0 only when no key was visible (a visible row has a term exp(0) = 1); a NaN
@@ -467,40 +477,34 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           ra.lse = lse_b + i0;
           ra.pd = pd.data();
           run_rows(RowStep::Probabilities, ra);  // P, and dropout(P) into pd
-          // Across the diagonal each product runs in stripes over what the stripe sees:
-          // queries r0..r1 see keys [0, keys_seen); keys c0..c1 are seen by [first_query, rows).
+          // Across the diagonal each product runs in stripes over what the stripe sees.
           const Diagonal dg(p.causal, i0, j0, cols);
-          const int64_t step = dg.cut ? kStripe : std::max(rows, cols);
           const A* pv = drop ? pd.data() : pt.data();
-          for (int64_t c0 = 0; c0 < cols; c0 += step) {  // dV_j += dropout(P)^T dO_i
-            const int64_t c1 = std::min(cols, c0 + step), r = dg.cut ? dg.first_query(c0, rows) : 0;
+          dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dV_j += dropout(P)^T dO_i
             if (r < rows)
               tile_gemm(true, false, c1 - c0, d.Dv, rows - r, A(1), pv + r * kBc + c0, kBc, go.p + (i0 + r) * go.ld, go.ld,
                         A(1), dv.data() + (j0 + c0) * d.Dv, d.Dv);
-          }
-          for (int64_t r0 = 0; r0 < rows; r0 += step) {  // dP = dO_i V_j^T; 0 where hidden and not computed
-            const int64_t r1 = std::min(rows, r0 + step), n = dg.cut ? dg.keys_seen(r1, cols) : cols;
+          });
+          dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dP = dO_i V_j^T, 0 where unseen
             if (n > 0)
               tile_gemm(false, false, r1 - r0, n, d.Dv, A(1), go.p + (i0 + r0) * go.ld, go.ld, vt.p + j0, vt.ld, A(0),
                         ds.data() + r0 * kBc, kBc);
             for (int64_t r = r0; r < r1 && n < cols; ++r) std::fill_n(ds.data() + r * kBc + n, cols - n, A(0));
-          }
+          });
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
           rg.p = pt.data();
           rg.di = di.data() + i0;
           run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
-          for (int64_t r0 = 0; r0 < rows; r0 += step) {  // dq_i += dS K_j (scaled when stored)
-            const int64_t r1 = std::min(rows, r0 + step), n = dg.cut ? dg.keys_seen(r1, cols) : cols;
+          dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dq_i += dS K_j (scaled when stored)
             if (n > 0)
               tile_gemm(false, false, r1 - r0, d.D, n, A(1), ds.data() + r0 * kBc, kBc, e.k.p + j0 * e.k.ld, e.k.ld, A(1),
                         dq.data() + (i0 + r0) * d.D, d.D);
-          }
-          for (int64_t c0 = 0; c0 < cols; c0 += step) {  // dK_j += scale dS^T q_i
-            const int64_t c1 = std::min(cols, c0 + step), r = dg.cut ? dg.first_query(c0, rows) : 0;
+          });
+          dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dK_j += scale dS^T q_i
             if (r < rows)
               tile_gemm(true, false, c1 - c0, d.D, rows - r, e.scale, ds.data() + r * kBc + c0, kBc,
                         e.q.p + (i0 + r) * e.q.ld, e.q.ld, A(1), dk.data() + (j0 + c0) * d.D, d.D);
-          }
+          });
         }
       }
       const auto store = [&](const Tensor& g, std::vector<A>& buf, int64_t rows, int64_t cols, A mul) {

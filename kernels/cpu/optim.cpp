@@ -114,7 +114,7 @@ struct AdamPiece {
 // so that it vectorizes (it did not with the branch inside: a third of a small model's
 // step). Inlined into each ISA's variant below.
 template <class T, bool kMaster>
-[[gnu::always_inline]] inline void adam_loop(const AdamPiece<T>& a) {
+[[gnu::always_inline]] inline void adam_loop_of(const AdamPiece<T>& a) {
   using A = acc_type_t<T>;
   T* p = a.p;
   const T* g = a.g;
@@ -137,9 +137,9 @@ template <class T, bool kMaster>
 }
 
 template <class T>
-void adam_baseline(const AdamPiece<T>& a) {
-  if (a.mw) adam_loop<T, true>(a);
-  else adam_loop<T, false>(a);
+[[gnu::always_inline]] inline void adam_loop(const AdamPiece<T>& a) {
+  if (a.mw) adam_loop_of<T, true>(a);
+  else adam_loop_of<T, false>(a);
 }
 
 #if defined(__x86_64__)
@@ -148,8 +148,7 @@ void adam_baseline(const AdamPiece<T>& a) {
 // The file is compiled with -ffp-contract=off, so both variants round alike (CMakeLists.txt).
 template <class T>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(const AdamPiece<T>& a) {
-  if (a.mw) adam_loop<T, true>(a);
-  else adam_loop<T, false>(a);
+  adam_loop(a);
 }
 #endif
 
@@ -162,7 +161,7 @@ void run_adam(const AdamPiece<T>& a) {
   }();
   if (avx512) return adam_avx512(a);
 #endif
-  adam_baseline(a);
+  adam_loop(a);
 }
 
 }  // namespace
