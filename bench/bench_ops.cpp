@@ -20,7 +20,8 @@
 // forward and backward (q, k, v [B, H, T, D] requiring grad, a fixed output gradient, the
 // gradients dropped after each iteration): ours is the fused scaled_dot_product_attention
 // (one kernel each way), its peer the five ops it replaced in the GPT (matmul, scale,
-// where-mask, softmax, matmul), in the same run.
+// where-mask, softmax, matmul), in the same run. attention/bfloat16/*: the same with
+// bfloat16 q, k, v and output gradient (the nanoGPT preset's attention under bf16-mixed).
 // gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
 // (3 KiB each) of a Fashion-MNIST-sized float32 tensor (188 MB, far beyond the caches):
 // ours draws the rows at random, as a shuffled epoch does; its ceiling, contiguous_rows,
@@ -193,14 +194,15 @@ void BM_cross_entropy(benchmark::State& state, bool fused, int64_t n, int64_t c)
   }
 }
 
-void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int64_t T, int64_t D) {
+void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int64_t T, int64_t D,
+                  ag::DType dt = ag::kFloat32) {
   try {
     ag::EnableGradGuard grad;
     ag::manual_seed(0);
     const std::vector<int64_t> shape = {B, H, T, D};
-    const ag::Tensor q = ag::randn(shape).requires_grad_(true), k = ag::randn(shape).requires_grad_(true),
-                     v = ag::randn(shape).requires_grad_(true);
-    const ag::Tensor g = ag::randn(shape);
+    const ag::Tensor q = ag::randn(shape).to(dt).requires_grad_(true), k = ag::randn(shape).to(dt).requires_grad_(true),
+                     v = ag::randn(shape).to(dt).requires_grad_(true);
+    const ag::Tensor g = ag::randn(shape).to(dt);
     const ag::Tensor allowed = ag::ge(ag::arange(T).unsqueeze(1), ag::arange(T).unsqueeze(0));
     const double scale = 1.0 / std::sqrt(double(D));
     auto step = [&] {
@@ -235,6 +237,10 @@ BENCHMARK_CAPTURE(BM_attention, fused_16x6x256x64, true, 16, 6, 256, 64)
     ->Name("attention/float32/16x6x256x64/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_attention, composed_16x6x256x64, false, 16, 6, 256, 64)
     ->Name("attention/float32/16x6x256x64/composed")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, fused_bf16_8x6x256x64, true, 8, 6, 256, 64, ag::kBFloat16)
+    ->Name("attention/bfloat16/8x6x256x64/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, composed_bf16_8x6x256x64, false, 8, 6, 256, 64, ag::kBFloat16)
+    ->Name("attention/bfloat16/8x6x256x64/composed")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_cross_entropy, fused_2048x65, true, 2048, 65)
     ->Name("cross_entropy/float32/2048x65/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_2048x65, false, 2048, 65)

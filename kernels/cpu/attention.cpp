@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -38,6 +39,7 @@
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/rows.h"
+#include "cpu/transpose16.h"
 #include "cpu/vec.h"
 #include "philox.h"
 
@@ -131,6 +133,7 @@ Rows<A> entry_rows(const Tensor& t, int64_t b, std::vector<A>& buf) {
 template <class A>
 struct Widened {
   std::vector<A> q, k, v, go, o, kt, vt;
+  Bf16Pairs qp, kp, vp, gop, ktp, vtp;  // bfloat16 pairs (pack_for)
 };
 
 #if defined(__x86_64__)
@@ -140,38 +143,6 @@ struct Widened {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 block: 16 rows in registers, then the
-// usual three rounds of shuffles (32-bit pairs, 64-bit pairs, 128-bit lanes twice).
-__attribute__((target("avx512f"))) inline void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
-    const __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  // r[4q + j] holds, in its 128-bit lane L, column 4L + j of rows 4q..4q+3: two rounds of
-  // lane shuffles put column k of all 16 rows into r[k].
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
-  }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xdd);
-  }
-  for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * ldd, r[k]);
-}
-
 // The full 16 x 16 blocks of an R x C transpose (dst's leading dimension R); the caller
 // checks that the CPU has AVX-512 and copies the leftover rows and columns.
 __attribute__((target("avx512f"))) void transpose_blocks_avx512(const float* src, int64_t lds, int64_t R, int64_t C,
@@ -215,7 +186,41 @@ struct Entry {
   const A* mask;     // element (i, j) at mask[i * mr + j * mc], or null
   int64_t mr, mc;
   A scale;
+  // q, k^T, k and v packed for tile_gemm_bf16 (pack_for), or null
+  const Bf16Pairs *qp = nullptr, *ktp = nullptr, *kp = nullptr, *vp = nullptr;
 };
+
+// bfloat16 inputs on a CPU with AVX512-BF16: the right operands of an entry's products are
+// packed into bfloat16 pairs once per entry, and the products run on them (tile_gemm_bf16,
+// twice the float kernel's rate). q, k, v and dO are exact in bfloat16; the probabilities
+// and dS are rounded to it for their products, as FlashAttention does with 16-bit inputs;
+// the sums and all the row work stay float. Returns &buf, or null (the float products).
+template <class T, class A>
+const Bf16Pairs* pack_for(const Rows<A>& m, int64_t R, int64_t C, Bf16Pairs& buf) {
+  if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<A, float>) {
+    if (buf.pack(m.p, m.ld, R, C)) return &buf;
+  }
+  (void)m, (void)R, (void)C, (void)buf;
+  return nullptr;
+}
+
+// A task's AMX tile configuration, held across its products when they are bfloat16 ones.
+template <class T>
+std::optional<Bf16TileScope> bf16_tiles() {
+  if constexpr (std::is_same_v<T, BFloat16>) return std::optional<Bf16TileScope>(std::in_place);
+  return std::nullopt;
+}
+
+// c = alpha op(a) b[p0.., j0..] + beta c, b [K, N] given by its float rows bf and, where
+// packed, its bfloat16 pairs bp (tile_gemm_bf16 first; tile_gemm if it declines).
+template <class A>
+void product(bool ta, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const Rows<A>& bf,
+             const Bf16Pairs* bp, int64_t p0, int64_t j0, A beta, A* c, int64_t ldc) {
+  if constexpr (std::is_same_v<A, float>) {
+    if (bp && tile_gemm_bf16(ta, m, n, k, alpha, a, lda, *bp, p0, j0, beta, c, ldc)) return;
+  }
+  tile_gemm(ta, false, m, n, k, alpha, a, lda, bf.p + p0 * bf.ld + j0, bf.ld, beta, c, ldc);
+}
 
 // The score tile s [rows, cols] (leading dim kBc) of queries i0.. and keys j0..:
 // scale * q k^T + mask, and -inf where the causal rule hides key j from query i (j > i).
@@ -225,8 +230,8 @@ void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64
                 A* s) {
   Diagonal(causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
     if (n > 0)
-      tile_gemm(false, false, r1 - r0, n, d.D, e.scale, e.q.p + (i0 + r0) * e.q.ld, e.q.ld, e.kt.p + j0, e.kt.ld, A(0),
-                s + r0 * kBc, kBc);
+      product(false, r1 - r0, n, d.D, e.scale, e.q.p + (i0 + r0) * e.q.ld, e.q.ld, e.kt, e.ktp, 0, j0, A(0),
+              s + r0 * kBc, kBc);
   });
   if (e.mask) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -393,12 +398,15 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
   char* out_base = static_cast<char*>(out.raw_data());
   A* lse_base = static_cast<A*>(lse.raw_data());
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
+    const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;
     std::vector<A> s(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), acc(size_t(kBr * d.Dv)), m(kBr), l(kBr);
     for (int64_t b = b0; b < b1; ++b) {
       const Rows<A> kr = entry_rows<T>(k, b, w.k);
-      const Entry<A> e{entry_rows<T>(q, b, w.q), kr, entry_rows<T>(v, b, w.v), transposed(kr, d.Tk, d.D, w.kt),
-                       mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      Entry<A> e{entry_rows<T>(q, b, w.q), kr, entry_rows<T>(v, b, w.v), transposed(kr, d.Tk, d.D, w.kt),
+                 mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
+      e.vp = pack_for<T>(e.v, d.Tk, d.Dv, w.vp);
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kBr) {
         const int64_t rows = std::min(kBr, d.Tq - i0);
         std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
@@ -418,8 +426,8 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
           // acc += P V, each stripe of queries over the keys it sees (P is 0 past them)
           Diagonal(p.causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
             if (n > 0)
-              tile_gemm(false, false, r1 - r0, d.Dv, n, A(1), s.data() + r0 * kBc, kBc, e.v.p + j0 * e.v.ld, e.v.ld, A(1),
-                        acc.data() + r0 * d.Dv, d.Dv);
+              product(false, r1 - r0, d.Dv, n, A(1), s.data() + r0 * kBc, kBc, e.v, e.vp, j0, 0, A(1),
+                      acc.data() + r0 * d.Dv, d.Dv);
           });
         }
         for (int64_t r = 0; r < rows; ++r) {
@@ -447,16 +455,21 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   const A* lse_base = static_cast<const A*>(lse.raw_data());
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
+    const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;
     std::vector<A> di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv));
     std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
         pd(drop ? size_t(kBr * kBc) : 0);
     for (int64_t b = b0; b < b1; ++b) {
       const Rows<A> kr = entry_rows<T>(k, b, w.k), vr = entry_rows<T>(v, b, w.v);
-      const Entry<A> e{entry_rows<T>(q, b, w.q), kr, vr, transposed(kr, d.Tk, d.D, w.kt), mask_of<A>(mask, b), mr, mc,
-                       A(p.scale)};
+      Entry<A> e{entry_rows<T>(q, b, w.q), kr, vr, transposed(kr, d.Tk, d.D, w.kt), mask_of<A>(mask, b), mr, mc,
+                 A(p.scale)};
       const Rows<A> vt = transposed(vr, d.Tk, d.Dv, w.vt);
       const Rows<A> go = entry_rows<T>(grad_out, b, w.go), o = entry_rows<T>(out, b, w.o);
+      e.qp = pack_for<T>(e.q, d.Tq, d.D, w.qp);
+      e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
+      e.kp = pack_for<T>(e.k, d.Tk, d.D, w.kp);
+      const Bf16Pairs *vtp = pack_for<T>(vt, d.Dv, d.Tk, w.vtp), *gop = pack_for<T>(go, d.Tq, d.Dv, w.gop);
       for (int64_t i = 0; i < d.Tq; ++i) {
         const A* gr = go.p + i * go.ld;
         const A* orow = o.p + i * o.ld;
@@ -482,13 +495,13 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           const A* pv = drop ? pd.data() : pt.data();
           dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dV_j += dropout(P)^T dO_i
             if (r < rows)
-              tile_gemm(true, false, c1 - c0, d.Dv, rows - r, A(1), pv + r * kBc + c0, kBc, go.p + (i0 + r) * go.ld, go.ld,
-                        A(1), dv.data() + (j0 + c0) * d.Dv, d.Dv);
+              product(true, c1 - c0, d.Dv, rows - r, A(1), pv + r * kBc + c0, kBc, go, gop, i0 + r, 0, A(1),
+                      dv.data() + (j0 + c0) * d.Dv, d.Dv);
           });
           dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dP = dO_i V_j^T, 0 where unseen
             if (n > 0)
-              tile_gemm(false, false, r1 - r0, n, d.Dv, A(1), go.p + (i0 + r0) * go.ld, go.ld, vt.p + j0, vt.ld, A(0),
-                        ds.data() + r0 * kBc, kBc);
+              product(false, r1 - r0, n, d.Dv, A(1), go.p + (i0 + r0) * go.ld, go.ld, vt, vtp, 0, j0, A(0),
+                      ds.data() + r0 * kBc, kBc);
             for (int64_t r = r0; r < r1 && n < cols; ++r) std::fill_n(ds.data() + r * kBc + n, cols - n, A(0));
           });
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
@@ -497,13 +510,13 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
           dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dq_i += dS K_j (scaled when stored)
             if (n > 0)
-              tile_gemm(false, false, r1 - r0, d.D, n, A(1), ds.data() + r0 * kBc, kBc, e.k.p + j0 * e.k.ld, e.k.ld, A(1),
-                        dq.data() + (i0 + r0) * d.D, d.D);
+              product(false, r1 - r0, d.D, n, A(1), ds.data() + r0 * kBc, kBc, e.k, e.kp, j0, 0, A(1),
+                      dq.data() + (i0 + r0) * d.D, d.D);
           });
           dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dK_j += scale dS^T q_i
             if (r < rows)
-              tile_gemm(true, false, c1 - c0, d.D, rows - r, e.scale, ds.data() + r * kBc + c0, kBc,
-                        e.q.p + (i0 + r) * e.q.ld, e.q.ld, A(1), dk.data() + (j0 + c0) * d.D, d.D);
+              product(true, c1 - c0, d.D, rows - r, e.scale, ds.data() + r * kBc + c0, kBc, e.q, e.qp, i0 + r, 0, A(1),
+                      dk.data() + (j0 + c0) * d.D, d.D);
           });
         }
       }

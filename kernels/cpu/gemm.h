@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace ampgrad::cpu {
 
@@ -29,6 +30,46 @@ void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
 /// product it does not take. tile_gemm tries it first in both builds.
 bool small_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+/// A [K, N] float matrix rounded to bfloat16 (to nearest even) in the pair layout of
+/// AVX512-BF16's dot products: rows 2q and 2q + 1 interleaved, element (p, j) in the 32-bit
+/// word data[(p / 2) * N + j], its low half when p is even; an odd K gets a zero row. The
+/// right operand of tile_gemm_bf16, packed once for many products (attention packs each
+/// head's k^T, v, ... once).
+struct Bf16Pairs {
+  std::vector<uint32_t> data;
+  int64_t K = 0, N = 0;
+  bool finite = false;  ///< no infinity or NaN in b (AMX tiles take only such a b)
+  /// Packs b [rows, cols] (leading dimension ldb); false, and nothing packed (K = N = 0),
+  /// on a CPU without AVX512-BF16.
+  bool pack(const float* b, int64_t ldb, int64_t rows, int64_t cols);
+};
+
+/// c [m, n] = alpha * op(a) b[p0 : p0 + k, j0 : j0 + n] + beta * c, with op(a) ([m, k]; a
+/// stored [k, m] when ta) rounded to bfloat16 and b packed as Bf16Pairs: the products of
+/// bfloat16 values are exact and summed in float (VDPBF16PS, which counts subnormal
+/// operands as zero). For products whose inputs are bfloat16 already, where the float
+/// kernel would do twice the instructions. Declines (false, nothing done) on a CPU without
+/// AVX512-BF16, for m > 64, k > 256 or k == 0, an odd p0, an odd k that ends before b's
+/// last row (its last pair would take a value of b's next row), or a range outside b.
+bool tile_gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const Bf16Pairs& b, int64_t p0, int64_t j0, float beta, float* c, int64_t ldc);
+
+/// Keeps AMX's tile configuration loaded on this thread for the tile_gemm_bf16 calls made
+/// while it lives (loading it costs about as much as a small product), and releases the
+/// tiles when the outermost scope ends. Optional: without one each AMX product loads and
+/// releases them itself. Nothing else may use the tiles on this thread while one is open
+/// (oneDNN's AMX kernels configure their own), so a scope wraps a kernel's own loop only.
+class Bf16TileScope {
+ public:
+  Bf16TileScope();
+  ~Bf16TileScope();
+  Bf16TileScope(const Bf16TileScope&) = delete;
+  Bf16TileScope& operator=(const Bf16TileScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
 
 /// tile_gemm's Eigen implementation (conv_common.cpp), for both dtypes.
 void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

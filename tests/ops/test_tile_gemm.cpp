@@ -109,3 +109,87 @@ TEST(TileGemm, SmallKernelDeclinesWhatIsNotSmall) {
   if (!ag::hw::cpu_features().avx512f)
     EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
 }
+
+// tile_gemm_bf16 against a float64 reference of the bfloat16-rounded operands (the products
+// of bfloat16 values are exact, so only the float sums differ), over both layouts of a,
+// sizes around the 4-row, 16-lane and pair blocks, odd k at b's end, row and column
+// offsets into the packed b, and beta 0, 1 and another value. Twice: b's rows outside the
+// product hold infinities (reading any of them would turn results into NaN; such a b is
+// not finite, so AMX declines it and the AVX512-BF16 kernel runs), then finite values (the
+// AMX tiles on a CPU with AMX-BF16, which read past the product and must not count it).
+TEST(TileGemm, Bf16KernelMatchesTheRoundedReference) {
+  if (!ag::hw::cpu_features().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16: tile_gemm_bf16 declines";
+  const auto bf = [](float x) { return double(float(ag::BFloat16(x))); };
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const float inf = std::numeric_limits<float>::infinity();
+  int checked = 0;
+  for (bool poison : {true, false})
+  for (bool ta : {false, true})
+    for (int64_t m : {1, 3, 4, 5, 17, 64})
+      for (int64_t n : {1, 15, 16, 17, 33, 64, 65, 130})
+        for (int64_t k : {1, 2, 7, 32, 33, 64})
+          for (int64_t p0 : {0, 2})
+            for (float beta : {0.0f, 1.0f, -0.5f}) {
+              const int64_t j0 = n % 2 == 0 ? 3 : 0, after = k % 2 == 0 ? 2 : 0;
+              const int64_t K = p0 + k + after, N = j0 + n + 1, ldb = N + 2;
+              std::vector<float> b(size_t(K * ldb));
+              for (int64_t p = 0; p < K; ++p)
+                for (int64_t j = 0; j < ldb; ++j) b[size_t(p * ldb + j)] = poison && (p < p0 || p >= p0 + k) ? inf : u(rng);
+              ampgrad::cpu::Bf16Pairs packed;
+              ASSERT_TRUE(packed.pack(b.data(), ldb, K, N));
+              ASSERT_EQ(packed.finite, !poison || K == k);
+              const int64_t lda = (ta ? m : k) + 3, ldc = n + 2;
+              std::vector<float> a(size_t((ta ? k : m) * lda)), c(size_t(m * ldc));
+              for (float& x : a) x = u(rng);
+              for (float& x : c) x = beta == 0 ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+              std::vector<float> got = c;
+              const float alpha = 0.75f;
+              ASSERT_TRUE(ampgrad::cpu::tile_gemm_bf16(ta, m, n, k, alpha, a.data(), lda, packed, p0, j0, beta,
+                                                       got.data(), ldc));
+              for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < ldc; ++j) {
+                  const size_t at = size_t(i * ldc + j);
+                  if (j >= n) {
+                    EXPECT_TRUE(std::isnan(got[at]) == std::isnan(c[at]) && (std::isnan(c[at]) || got[at] == c[at]))
+                        << "column " << j << " of row " << i << " was written";
+                    continue;
+                  }
+                  double s = 0;
+                  for (int64_t p = 0; p < k; ++p)
+                    s += bf(ta ? a[size_t(p * lda + i)] : a[size_t(i * lda + p)]) * bf(b[size_t((p0 + p) * ldb + j0 + j)]);
+                  const double want = double(alpha) * s + (beta == 0 ? 0.0 : double(beta) * c[at]);
+                  ASSERT_NEAR(got[at], want, 1e-5 * (double(k) + 1) * 2.5)
+                      << "poison " << poison << " ta " << ta << " m " << m << " n " << n << " k " << k << " p0 " << p0 << " beta " << beta
+                      << " at (" << i << ", " << j << ")";
+                }
+              ++checked;
+            }
+  EXPECT_EQ(checked, 2 * 2 * 6 * 8 * 6 * 2 * 3);
+}
+
+TEST(TileGemm, Bf16KernelDeclinesWhatItCannotDoExactly) {
+  std::vector<float> a(300 * 300, 1.0f), b(300 * 300, 1.0f), c(300 * 300, 0.0f);
+  ampgrad::cpu::Bf16Pairs packed;
+  if (!packed.pack(b.data(), 300, 300, 300)) {
+    EXPECT_FALSE(ag::hw::cpu_features().avx512_bf16);
+    EXPECT_EQ(packed.K, 0);
+    EXPECT_FALSE(ampgrad::cpu::tile_gemm_bf16(false, 8, 8, 8, 1, a.data(), 300, packed, 0, 0, 0, c.data(), 300));
+    GTEST_SKIP() << "this CPU has no AVX512-BF16: nothing packs, every product declines";
+  }
+  const auto run = [&](int64_t m, int64_t n, int64_t k, int64_t p0, int64_t j0) {
+    return ampgrad::cpu::tile_gemm_bf16(false, m, n, k, 1, a.data(), 300, packed, p0, j0, 0, c.data(), 300);
+  };
+  EXPECT_TRUE(run(8, 8, 8, 0, 0));
+  EXPECT_FALSE(run(65, 8, 8, 0, 0));    // more than 64 rows
+  EXPECT_FALSE(run(8, 8, 257, 0, 0));   // an inner dimension over 256
+  EXPECT_FALSE(run(8, 8, 0, 0, 0));     // an empty one
+  EXPECT_FALSE(run(8, 8, 8, 1, 0));     // an odd first row of b
+  EXPECT_FALSE(run(8, 8, 7, 0, 0));     // odd k ending before b's last row
+  EXPECT_FALSE(run(8, 8, 7, 292, 0));
+  ASSERT_TRUE(packed.pack(b.data(), 300, 299, 300));
+  EXPECT_TRUE(run(8, 8, 7, 292, 0));    // odd k at b's end: its last pair takes the zero row
+  EXPECT_FALSE(run(8, 8, 9, 292, 0));
+  EXPECT_FALSE(run(8, 8, 8, 292, 0));   // rows past b
+  EXPECT_FALSE(run(8, 8, 8, 0, 293));   // columns past b
+}

@@ -1,0 +1,341 @@
+// tile_gemm_bf16 and Bf16Pairs (gemm.h): the attention tiles' products for bfloat16
+// inputs, on AMX-BF16 tiles or AVX512-BF16 dot products.
+//
+// Both multiply pairs of bfloat16 values along the inner dimension and sum in float, so
+// both take the right operand in rows of pairs (Bf16Pairs, packed once per attention head)
+// and the left one rounded into pairs on the stack per call (a tile of probabilities or
+// score gradients, computed just before).
+//   AMX     (CPUs with AMX-BF16) c in blocks of 32 x 32, four 16 x 16 float tiles, each
+//           TDPBF16PS a 16 x 16 x 32 product: a 64 x 64 x 64 product is 32 of them, against
+//           8192 AVX-512 FMAs for the float kernel. The left operand is packed in rows of
+//           32-value blocks, zero past k; the tiles then read b's pairs past the product's
+//           rows and columns, which is exact only where they are finite (0 * x == 0), so
+//           AMX takes a packed b only when all of it is finite (Bf16Pairs::finite) and b's
+//           buffer is padded so those reads stay inside it.
+//   AVX512  (AVX512-BF16 without AMX) VDPBF16PS, 32 multiply-adds per instruction where the
+//           float kernel (tile_gemm_small.cpp) does 16, with its register blocking: 4 rows
+//           by 64 columns of c in 16 accumulators. On Sapphire Rapids this ran slower than
+//           the float kernel (one port runs VDPBF16PS, two run FMAs), which AMX replaces there.
+// Compiled for those ISAs by target attributes (the library is built for baseline x86-64).
+#include <algorithm>
+#include <cstdint>
+
+#include "ampgrad/hw/cpu.h"
+#include "cpu/gemm.h"
+#include "cpu/transpose16.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace ampgrad::cpu {
+namespace {
+
+constexpr int64_t kMaxM = 64;   // rows of c,
+constexpr int64_t kMaxK = 256;  // and the inner dimension, that the stack buffer holds
+constexpr int64_t kRows = 4;    // rows of c per register block
+constexpr int64_t kCols = 64;   // columns of c per register block: 4 vectors of 16
+
+constexpr int64_t kPad = 16;   // pair rows of zeros after a packed b, for AMX's reads past k
+
+bool cpu_has_bf16() {
+  static const bool yes = [] {
+    const hw::CpuFeatures& f = hw::cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+  }();
+  return yes;
+}
+
+#if defined(__x86_64__) && defined(__linux__)
+bool amx_ready() {
+  static const bool yes = [] {
+    const hw::CpuFeatures& f = hw::cpu_features();
+    if (!cpu_has_bf16() || !f.amx_tile || !f.amx_bf16) return false;
+    // Linux grants a process the tile data state only on request (ARCH_REQ_XCOMP_PERM for
+    // XFEATURE_XTILEDATA); oneDNN asks the same for its own AMX kernels.
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return yes;
+}
+#else
+bool amx_ready() { return false; }
+#endif
+
+#if defined(__x86_64__)
+// GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#define AG_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// 16 pairs (r0[j], r1[j]) for j < 16 (lanes past `mk` zero; r1 null: zero second halves),
+// each pair one 32-bit lane, the element of r0 in its low half; rounded to nearest even.
+AG_BF16 inline __m512i pair_rows(const float* r0, const float* r1, __mmask16 mk) {
+  const __m512 lo = _mm512_maskz_loadu_ps(mk, r0);
+  const __m512 hi = r1 ? _mm512_maskz_loadu_ps(mk, r1) : _mm512_setzero_ps();
+  // [lo's 16 values | hi's 16 values] as 16-bit lanes, then interleaved
+  const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, both);
+}
+
+inline __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
+// One block of c: rows i0..i0+MR, columns j0..j0+nc (nc <= 16 * NV), from the left pairs
+// (pair (i, q) at ap[i * si + q * sq]) and the right pairs bp (row q of pairs at bp + q * ldb).
+template <int MR, int NV>
+AG_BF16 inline void block(int64_t kq, float alpha, const uint32_t* ap, int64_t si, int64_t sq, const uint32_t* bp,
+                          int64_t ldb, float beta, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t nc) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const __mmask16 last = first(nc - 16 * (NV - 1));  // only the last vector may be partial
+  for (int64_t q = 0; q < kq; ++q) {
+    const uint32_t* brow = bp + q * ldb + j0;
+    __m512i b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      b[v] = v == NV - 1 ? _mm512_maskz_loadu_epi32(last, brow + 16 * v) : _mm512_loadu_si512(brow + 16 * v);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(int(ap[(i0 + r) * si + q * sq]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        acc[r][v] = _mm512_dpbf16_ps(acc[r][v], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b[v]));
+    }
+  }
+  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    float* crow = c + (i0 + r) * ldc + j0;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const __mmask16 mk = v == NV - 1 ? last : __mmask16(0xFFFF);
+      __m512 out = _mm512_mul_ps(al, acc[r][v]);
+      // beta == 0 ignores c's old contents, NaN included (gemm.h)
+      if (beta != 0.0f) out = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, crow + 16 * v), out);
+      _mm512_mask_storeu_ps(crow + 16 * v, mk, out);
+    }
+  }
+}
+
+template <int NV>
+AG_BF16 void columns(int64_t m, int64_t kq, float alpha, const uint32_t* ap, int64_t si, int64_t sq,
+                     const uint32_t* bp, int64_t ldb, float beta, float* c, int64_t ldc, int64_t j0, int64_t nc) {
+  int64_t i0 = 0;
+  for (; i0 + kRows <= m; i0 += kRows) block<4, NV>(kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, i0, j0, nc);
+  for (; i0 < m; ++i0) block<1, NV>(kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, i0, j0, nc);
+}
+
+AG_BF16 void gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                       const uint32_t* bp, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // op(a) as pairs along k: [m, kq] from rows of a, or [kq, m] from pairs of a's rows when ta.
+  const int64_t kq = (k + 1) / 2;
+  alignas(64) uint32_t ap[kMaxM * kMaxK / 2];
+  int64_t si = kq, sq = 1;
+  if (!ta) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; p += 32) {
+        const float* row = a + i * lda + p;
+        const __m512 lo = _mm512_maskz_loadu_ps(first(k - p), row);
+        const __m512 hi = _mm512_maskz_loadu_ps(first(std::max<int64_t>(k - p - 16, 0)), row + 16);
+        const __m512i pairs = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // in order: 16 pairs
+        _mm512_mask_storeu_epi32(ap + i * kq + p / 2, first(kq - p / 2), pairs);
+      }
+  } else {
+    si = 1, sq = m;
+    for (int64_t q = 0; q < kq; ++q)
+      for (int64_t i = 0; i < m; i += 16) {
+        const float* r0 = a + 2 * q * lda + i;
+        _mm512_mask_storeu_epi32(ap + q * m + i, first(m - i),
+                                 pair_rows(r0, 2 * q + 1 < k ? r0 + lda : nullptr, first(m - i)));
+      }
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += kCols) {
+    const int64_t nc = std::min(kCols, n - j0);
+    switch ((nc + 15) / 16) {
+      case 1: columns<1>(m, kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, j0, nc); break;
+      case 2: columns<2>(m, kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, j0, nc); break;
+      case 3: columns<3>(m, kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, j0, nc); break;
+      default: columns<4>(m, kq, alpha, ap, si, sq, bp, ldb, beta, c, ldc, j0, nc); break;
+    }
+  }
+}
+
+#if defined(__linux__)
+#define AG_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+// The tile configuration (palette 1): all eight tiles 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Bf16TileScopes open on this thread: while one is, the tile configuration stays loaded.
+thread_local int tile_scopes = 0;
+
+// In static storage: the compiler does not see LDTILECFG read the bytes of a local copy,
+// and dropped their stores.
+constexpr TileConfig kTileConfig{};
+
+AG_AMX void load_tile_config() { _tile_loadconfig(&kTileConfig); }
+AG_AMX void release_tiles() { _tile_release(); }
+
+// c = alpha op(a) b + beta c on AMX tiles: bp is the first used pair row of b at column 0
+// of the product (ldb pairs apart), all of b finite and padded by kPad zero pair rows.
+AG_AMX void gemm_amx(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                     const uint32_t* bp, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t kq = (k + 1) / 2, kb = (kq + 15) / 16, la = kb * 16;  // la: pairs per row of ap
+  // op(a) as rows of pairs [64, la], zero past k; rows past m are never stored from c.
+  alignas(64) uint32_t ap[kMaxM * kMaxK / 2];
+  if (!ta) {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < 2 * la; p += 32) {
+        const float* row = a + i * lda + p;
+        const __m512 lo = _mm512_maskz_loadu_ps(first(std::max<int64_t>(k - p, 0)), row);
+        const __m512 hi = _mm512_maskz_loadu_ps(first(std::max<int64_t>(k - p - 16, 0)), row + 16);
+        _mm512_storeu_si512(ap + i * la + p / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      }
+  } else {
+    // 16 x 16 blocks of pairs (q, i) from pairs of a's rows, transposed into ap's rows
+    alignas(64) uint32_t blk[16 * 16];
+    for (int64_t q0 = 0; q0 < la; q0 += 16)
+      for (int64_t i0 = 0; i0 < m; i0 += 16) {
+        for (int64_t qq = 0; qq < 16; ++qq) {
+          const int64_t q = q0 + qq;
+          const float* r0 = a + 2 * q * lda + i0;
+          const __m512i v = q < kq ? pair_rows(r0, 2 * q + 1 < k ? r0 + lda : nullptr, first(m - i0))
+                                   : _mm512_setzero_si512();
+          _mm512_store_si512(blk + qq * 16, v);
+        }
+        transpose16(reinterpret_cast<const float*>(blk), 16, reinterpret_cast<float*>(ap + i0 * la + q0), la);
+      }
+  }
+  if (tile_scopes == 0) load_tile_config();
+  // GCC 12's _tile_loadd is an asm that does not say it reads memory: without this barrier
+  // the stores into ap above could be dropped or moved past the loads.
+  __asm__ volatile("" ::: "memory");
+  alignas(64) float cb[32 * 32];
+  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
+  for (int64_t i0 = 0; i0 < m; i0 += 32)
+    for (int64_t j0 = 0; j0 < n; j0 += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t kk = 0; kk < kb; ++kk) {
+        const uint32_t* at = ap + i0 * la + kk * 16;
+        const uint32_t* bt = bp + kk * 16 * ldb + j0;
+        _tile_loadd(4, at, la * 4);
+        _tile_loadd(5, at + 16 * la, la * 4);
+        _tile_loadd(6, bt, ldb * 4);
+        _tile_loadd(7, bt + 16, ldb * 4);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, cb, 128);
+      _tile_stored(1, cb + 16, 128);
+      _tile_stored(2, cb + 16 * 32, 128);
+      _tile_stored(3, cb + 16 * 32 + 16, 128);
+      for (int64_t r = 0; r < std::min<int64_t>(32, m - i0); ++r)
+        for (int64_t h = 0; h < 32 && j0 + h < n; h += 16) {
+          const __mmask16 mk = first(n - j0 - h);
+          float* crow = c + (i0 + r) * ldc + j0 + h;
+          __m512 out = _mm512_mul_ps(al, _mm512_load_ps(cb + r * 32 + h));
+          // beta == 0 ignores c's old contents, NaN included (gemm.h)
+          if (beta != 0.0f) out = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, crow), out);
+          _mm512_mask_storeu_ps(crow, mk, out);
+        }
+    }
+  if (tile_scopes == 0) release_tiles();
+}
+#undef AG_AMX
+#endif
+
+// Packs b into pairs (Bf16Pairs' layout); returns whether every value is finite.
+AG_BF16 bool pack_pairs(const float* b, int64_t ldb, int64_t K, int64_t N, uint32_t* out) {
+  const __m512i exp = _mm512_set1_epi16(0x7F80);  // a bfloat16's exponent bits: all set for inf and NaN
+  __mmask32 special = 0;
+  for (int64_t q = 0; q < (K + 1) / 2; ++q) {
+    const float* r0 = b + 2 * q * ldb;
+    for (int64_t j = 0; j < N; j += 16) {
+      const __m512i v = pair_rows(r0 + j, 2 * q + 1 < K ? r0 + ldb + j : nullptr, first(N - j));
+      special |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(v, exp), exp);
+      _mm512_mask_storeu_epi32(out + q * N + j, first(N - j), v);
+    }
+  }
+  return special == 0;
+}
+#undef AG_BF16
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+}  // namespace
+
+Bf16TileScope::Bf16TileScope() {
+#if defined(__x86_64__) && defined(__linux__)
+  active_ = amx_ready();
+  if (active_ && tile_scopes++ == 0) load_tile_config();
+#endif
+}
+
+Bf16TileScope::~Bf16TileScope() {
+#if defined(__x86_64__) && defined(__linux__)
+  if (active_ && --tile_scopes == 0) release_tiles();
+#endif
+}
+
+bool Bf16Pairs::pack(const float* b, int64_t ldb, int64_t rows, int64_t cols) {
+  K = N = 0;
+  finite = false;
+  if (!cpu_has_bf16()) return false;
+#if defined(__x86_64__)
+  // kPad zero pair rows and a row's worth more: AMX's tiles read up to 16 pair rows past
+  // the product's last and 32 columns past its first
+  data.assign(size_t(((rows + 1) / 2 + kPad) * cols + 32), 0u);
+  finite = pack_pairs(b, ldb, rows, cols, data.data());
+  K = rows, N = cols;
+  return true;
+#else
+  (void)b, (void)ldb;
+  return false;
+#endif
+}
+
+bool tile_gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const Bf16Pairs& b, int64_t p0, int64_t j0, float beta, float* c, int64_t ldc) {
+#if defined(__x86_64__)
+  const bool odd_inside = k % 2 == 1 && p0 + k < b.K;  // its last pair would take b's next row
+  if (!cpu_has_bf16() || m > kMaxM || k > kMaxK || k <= 0 || p0 % 2 != 0 || odd_inside || p0 < 0 || j0 < 0 ||
+      p0 + k > b.K || j0 + n > b.N)
+    return false;
+  if (m == 0 || n == 0) return true;
+  const uint32_t* bp = b.data.data() + p0 / 2 * b.N + j0;
+#if defined(__linux__)
+  if (b.finite && amx_ready()) {
+    gemm_amx(ta, m, n, k, alpha, a, lda, bp, b.N, beta, c, ldc);
+    return true;
+  }
+#endif
+  gemm_bf16(ta, m, n, k, alpha, a, lda, bp, b.N, beta, c, ldc);
+  return true;
+#else
+  (void)ta, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)p0, (void)j0, (void)beta,
+      (void)c, (void)ldc;
+  return false;
+#endif
+}
+
+}  // namespace ampgrad::cpu
