@@ -22,6 +22,10 @@
 // (one kernel each way), its peer the five ops it replaced in the GPT (matmul, scale,
 // where-mask, softmax, matmul), in the same run. attention/bfloat16/*: the same with
 // bfloat16 q, k, v and output gradient (the nanoGPT preset's attention under bf16-mixed).
+// layer_norm/<dtype>/2048x384/*: one training-step use of layer norm over the nanoGPT
+// preset's activations (8 x 256 tokens, width 384), forward and backward with weight and
+// bias (the gradients dropped after each iteration); its ceiling, copy, makes the same
+// passes over memory with plain elementwise ops: y = clone(x) forward, dx = dy + x back.
 // gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
 // (3 KiB each) of a Fashion-MNIST-sized float32 tensor (188 MB, far beyond the caches):
 // ours draws the rows at random, as a shuffled epoch does; its ceiling, contiguous_rows,
@@ -194,6 +198,34 @@ void BM_cross_entropy(benchmark::State& state, bool fused, int64_t n, int64_t c)
   }
 }
 
+void BM_layer_norm(benchmark::State& state, bool ours, ag::DType dt) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    const int64_t rows = 2048, width = 384;
+    const ag::Tensor x = ag::randn({rows, width}).to(dt).requires_grad_(true);
+    const ag::Tensor w = ag::randn({width}).to(dt).requires_grad_(true), b = ag::randn({width}).to(dt).requires_grad_(true);
+    const ag::Tensor g = ag::randn({rows, width}).to(dt);
+    auto step = [&] {
+      if (ours) {
+        ag::layer_norm(x, {width}, w, b).backward(g);
+        benchmark::DoNotOptimize(x.grad().raw_data());
+        for (const ag::Tensor* t : {&x, &w, &b}) t->set_grad(ag::Tensor());
+      } else {
+        ag::NoGradGuard off;
+        const ag::Tensor y = x.clone(), dx = ag::add(g, x);
+        benchmark::DoNotOptimize(y.raw_data());
+        benchmark::DoNotOptimize(dx.raw_data());
+      }
+    };
+    step();  // warm the allocator's cache
+    for (auto _ : state) step();
+    state.counters["rows/s"] = benchmark::Counter(double(rows), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int64_t T, int64_t D,
                   ag::DType dt = ag::kFloat32) {
   try {
@@ -249,6 +281,14 @@ BENCHMARK_CAPTURE(BM_cross_entropy, fused_512x8192, true, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_512x8192, false, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm, float32, true, ag::kFloat32)
+    ->Name("layer_norm/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm, float32_copy, false, ag::kFloat32)
+    ->Name("layer_norm/float32/2048x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm, bfloat16, true, ag::kBFloat16)
+    ->Name("layer_norm/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm, bfloat16_copy, false, ag::kBFloat16)
+    ->Name("layer_norm/bfloat16/2048x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, shuffled, true)->Name("gather_batch/float32/60000x784/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, consecutive, false)->Name("gather_batch/float32/60000x784/contiguous_rows")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);

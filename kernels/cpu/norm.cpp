@@ -12,12 +12,16 @@
 // (float32, or float64 for float64 x). Backward computes grad_in per row, and the weight
 // and bias gradients as per-chunk partial sums over rows that are added in a fixed order
 // afterwards: no races, and the same result for any thread count.
-// float16/bfloat16 are computed in float32 throughout.
+// float16/bfloat16 are computed in float32 throughout. Layer norm's row loops are compiled
+// for the baseline and for AVX-512 (see "layer norm's rows" below); float rows are read
+// and written in place, 16-bit ones widened per row.
 #include <array>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "ampgrad/hw/cpu.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
@@ -136,6 +140,188 @@ void softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) 
     }
 }
 
+
+// ---- layer norm's rows ------------------------------------------------------------------
+// The library is built for baseline x86-64, where these loops ran 4 wide; they are one
+// always-inlined definition compiled for the baseline and, by a target attribute, for
+// AVX-512, picked by cpuid (as attention's row work is). Their sums run in kLanes lanes
+// combined in a fixed order in every variant, and are written out here rather than taken
+// from rows.h so that they are inlined into each variant.
+
+constexpr int kLanes = 16;
+
+template <class A>
+[[gnu::always_inline]] inline A fold(const A* l) {
+  A h[kLanes / 2];
+  for (int k = 0; k < kLanes / 2; ++k) h[k] = l[k] + l[k + kLanes / 2];
+  for (int k = 0; k < kLanes / 4; ++k) h[k] += h[k + kLanes / 4];
+  return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+// What a task of the forward reads and writes: rows of x (storage type T) into rows of y,
+// mean and rstd per row; w and b widened (or null).
+template <class T>
+struct LnForward {
+  using A = acc_type_t<T>;
+  const char* x;
+  char* y;
+  const A* w;
+  const A* b;
+  A* mean;
+  A* rstd;
+  int64_t inner;
+  A eps;
+};
+
+template <class T>
+[[gnu::always_inline]] inline void ln_forward_rows(const LnForward<T>& a, int64_t rb, int64_t re,
+                                                   acc_type_t<T>* buf) {
+  using A = acc_type_t<T>;
+  const int64_t n = a.inner, sz = int64_t(sizeof(T));
+  for (int64_t r = rb; r < re; ++r) {
+    // float rows are read and written in place; 16-bit ones widened into buf and back
+    const A* v = reinterpret_cast<const A*>(a.x + r * n * sz);
+    A* out = reinterpret_cast<A*>(a.y + r * n * sz);
+    if constexpr (!std::is_same_v<T, A>) {
+      load_acc<T>(a.x + r * n * sz, sz, buf, n);
+      v = buf;
+      out = buf;
+    }
+    A lane[kLanes] = {}, tail = 0;
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) lane[k] += v[i + k];
+    for (; i < n; ++i) tail += v[i];
+    const A mu = (fold(lane) + tail) / A(n);
+    for (int k = 0; k < kLanes; ++k) lane[k] = 0;
+    tail = 0;
+    for (i = 0; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) lane[k] += (v[i + k] - mu) * (v[i + k] - mu);
+    for (; i < n; ++i) tail += (v[i] - mu) * (v[i] - mu);
+    const A rs = A(1) / std::sqrt((fold(lane) + tail) / A(n) + a.eps);
+    if (a.w && a.b)
+      for (i = 0; i < n; ++i) out[i] = (v[i] - mu) * rs * a.w[i] + a.b[i];
+    else if (a.w)
+      for (i = 0; i < n; ++i) out[i] = (v[i] - mu) * rs * a.w[i];
+    else if (a.b)
+      for (i = 0; i < n; ++i) out[i] = (v[i] - mu) * rs + a.b[i];
+    else
+      for (i = 0; i < n; ++i) out[i] = (v[i] - mu) * rs;
+    if constexpr (!std::is_same_v<T, A>) store_acc<T>(buf, a.y + r * n * sz, sz, n);
+    a.mean[r] = mu;
+    a.rstd[r] = rs;
+  }
+}
+
+// What the backward reads and writes: rows of the output gradient and x, the saved mean and
+// rstd, the widened weight (or null); grad_in's rows (or null).
+template <class T>
+struct LnBackward {
+  using A = acc_type_t<T>;
+  const char* g;
+  const char* x;
+  char* gi;
+  const A* w;
+  const A* mean;
+  const A* rstd;
+  int64_t inner;
+};
+
+// A task's buffers: one row of the gradient and of x hat, and the running column sums of
+// g * x hat and g (null when not wanted) over up to kBlockRows rows.
+template <class A>
+struct LnScratch {
+  A* g;
+  A* xh;
+  A* bw;
+  A* bb;
+};
+
+// Rows r0..r1 of one chunk, whose partial weight and bias gradients are tw and tb.
+template <class T>
+[[gnu::always_inline]] inline void ln_backward_rows(const LnBackward<T>& a, int64_t r0, int64_t r1,
+                                                    acc_type_t<T>* tw, acc_type_t<T>* tb,
+                                                    const LnScratch<acc_type_t<T>>& s) {
+  using A = acc_type_t<T>;
+  constexpr int64_t kBlockRows = 128;  // rows summed plainly before joining the chunk total
+  const int64_t n = a.inner, sz = int64_t(sizeof(T));
+  A* g = s.g;
+  A* xh = s.xh;
+  for (int64_t r = r0; r < r1; ++r) {
+    load_acc<T>(a.g + r * n * sz, sz, g, n);
+    const A* xr = reinterpret_cast<const A*>(a.x + r * n * sz);
+    if constexpr (!std::is_same_v<T, A>) {
+      load_acc<T>(a.x + r * n * sz, sz, xh, n);
+      xr = xh;
+    }
+    const A mu = a.mean[r], rs = a.rstd[r];
+    for (int64_t i = 0; i < n; ++i) xh[i] = (xr[i] - mu) * rs;  // x hat
+    if (s.bw)
+      for (int64_t i = 0; i < n; ++i) s.bw[i] += g[i] * xh[i];
+    if (s.bb)
+      for (int64_t i = 0; i < n; ++i) s.bb[i] += g[i];
+    if ((r - r0) % kBlockRows == kBlockRows - 1 || r == r1 - 1) {
+      if (s.bw)
+        for (int64_t i = 0; i < n; ++i) tw[i] += s.bw[i], s.bw[i] = 0;
+      if (s.bb)
+        for (int64_t i = 0; i < n; ++i) tb[i] += s.bb[i], s.bb[i] = 0;
+    }
+    if (!a.gi) continue;
+    // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)), wg = weight * g
+    if (a.w)
+      for (int64_t i = 0; i < n; ++i) g[i] *= a.w[i];
+    A l1[kLanes] = {}, l2[kLanes] = {}, t1 = 0, t2 = 0;
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) l1[k] += g[i + k] * xh[i + k], l2[k] += g[i + k];
+    for (; i < n; ++i) t1 += g[i] * xh[i], t2 += g[i];
+    const A c1 = (fold(l1) + t1) / A(n), c2 = (fold(l2) + t2) / A(n);
+    for (i = 0; i < n; ++i) g[i] = rs * (g[i] - c2 - xh[i] * c1);
+    store_acc<T>(g, a.gi + r * n * sz, sz, n);
+  }
+}
+
+#if defined(__x86_64__)
+template <class T>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ln_forward_avx512(const LnForward<T>& a, int64_t rb,
+                                                                                    int64_t re, float* buf) {
+  ln_forward_rows<T>(a, rb, re, buf);
+}
+template <class T>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ln_backward_avx512(
+    const LnBackward<T>& a, int64_t r0, int64_t r1, float* tw, float* tb, const LnScratch<float>& s) {
+  ln_backward_rows<T>(a, r0, r1, tw, tb, s);
+}
+#endif
+
+bool ln_has_avx512() {
+  static const bool yes = [] {
+    const hw::CpuFeatures& f = hw::cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  }();
+  return yes;
+}
+
+// The rows in the widest variant this CPU runs (float accumulation); double is compiled once.
+template <class T>
+void run_ln_forward(const LnForward<T>& a, int64_t rb, int64_t re, acc_type_t<T>* buf) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<acc_type_t<T>, float>)
+    if (ln_has_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
+#endif
+  ln_forward_rows<T>(a, rb, re, buf);
+}
+
+template <class T>
+void run_ln_backward(const LnBackward<T>& a, int64_t r0, int64_t r1, acc_type_t<T>* tw, acc_type_t<T>* tb,
+                     const LnScratch<acc_type_t<T>>& s) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<acc_type_t<T>, float>)
+    if (ln_has_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
+#endif
+  ln_backward_rows<T>(a, r0, r1, tw, tb, s);
+}
+
 }  // namespace
 
 void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
@@ -173,30 +359,12 @@ void CpuBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight
     std::vector<A> w, b;  // widened once, shared by all rows
     if (weight.defined()) w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
     if (bias.defined()) b.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(bias.raw_data()), sz, b.data(), inner);
-    const char* xp = static_cast<const char*>(x.raw_data());
-    char* yp = static_cast<char*>(y.raw_data());
-    A* mp = static_cast<A*>(mean.raw_data());
-    A* rp = static_cast<A*>(rstd.raw_data());
+    const LnForward<T> a{static_cast<const char*>(x.raw_data()), static_cast<char*>(y.raw_data()),
+                         w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
+                         static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), inner, A(eps)};
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
       std::vector<A> v(static_cast<size_t>(inner));
-      for (int64_t r = rb; r < re; ++r) {
-        load_acc<T>(xp + r * inner * sz, sz, v.data(), inner);
-        const A mu = lane_sum<A>(inner, [&](int64_t i) { return v[size_t(i)]; }) / A(inner);
-        const A var = lane_sum<A>(inner, [&](int64_t i) {
-                        const A d = v[size_t(i)] - mu;
-                        return d * d;
-                      }) / A(inner);
-        const A rs = A(1) / std::sqrt(var + A(eps));
-        for (int64_t i = 0; i < inner; ++i) {
-          A t = (v[size_t(i)] - mu) * rs;
-          if (!w.empty()) t *= w[size_t(i)];
-          if (!b.empty()) t += b[size_t(i)];
-          v[size_t(i)] = t;
-        }
-        store_acc<T>(v.data(), yp + r * inner * sz, sz, inner);
-        mp[r] = mu;
-        rp[r] = rs;
-      }
+      run_ln_forward(a, rb, re, v.data());
     });
   });
 }
@@ -221,47 +389,21 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
     std::vector<A> w;
     if (weight.defined()) w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
     const bool want_w = grad_w.defined(), want_b = grad_b.defined(), want_x = grad_in.defined();
-    const char* gp = static_cast<const char*>(grad_out.raw_data());
-    const char* xp = static_cast<const char*>(x.raw_data());
-    char* gip = want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr;
-    const A* mp = static_cast<const A*>(mean.raw_data());
-    const A* rp = static_cast<const A*>(rstd.raw_data());
     // Chunks of rows each own a partial [inner] sum for grad_w and grad_b; the number of
     // chunks depends only on the shape.
     const int64_t chunks = std::clamp<int64_t>(rows * inner / 32768, 1, std::min<int64_t>(rows, 64));
     std::vector<A> pw(want_w ? size_t(chunks * inner) : 0, A(0)), pb(want_b ? size_t(chunks * inner) : 0, A(0));
+    const LnBackward<T> a{static_cast<const char*>(grad_out.raw_data()), static_cast<const char*>(x.raw_data()),
+                          want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr, w.empty() ? nullptr : w.data(),
+                          static_cast<const A*>(mean.raw_data()), static_cast<const A*>(rstd.raw_data()), inner};
     parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
       std::vector<A> g(static_cast<size_t>(inner)), xv(static_cast<size_t>(inner)), bw, bb;
-      constexpr int64_t kBlockRows = 128;  // rows summed plainly before joining the chunk total
       if (want_w) bw.assign(size_t(inner), A(0));
       if (want_b) bb.assign(size_t(inner), A(0));
-      for (int64_t c = cb; c < ce; ++c) {
-        const int64_t r0 = rows * c / chunks, r1 = rows * (c + 1) / chunks;
-        A* tw = want_w ? pw.data() + c * inner : nullptr;
-        A* tb = want_b ? pb.data() + c * inner : nullptr;
-        for (int64_t r = r0; r < r1; ++r) {
-          load_acc<T>(gp + r * inner * sz, sz, g.data(), inner);
-          load_acc<T>(xp + r * inner * sz, sz, xv.data(), inner);
-          const A mu = mp[r], rs = rp[r];
-          for (int64_t i = 0; i < inner; ++i) xv[size_t(i)] = (xv[size_t(i)] - mu) * rs;  // x hat
-          if (want_w)
-            for (int64_t i = 0; i < inner; ++i) bw[size_t(i)] += g[size_t(i)] * xv[size_t(i)];
-          if (want_b)
-            for (int64_t i = 0; i < inner; ++i) bb[size_t(i)] += g[size_t(i)];
-          if ((r - r0) % kBlockRows == kBlockRows - 1 || r == r1 - 1) {
-            for (int64_t i = 0; i < inner && want_w; ++i) tw[i] += bw[size_t(i)], bw[size_t(i)] = 0;
-            for (int64_t i = 0; i < inner && want_b; ++i) tb[i] += bb[size_t(i)], bb[size_t(i)] = 0;
-          }
-          if (!want_x) continue;
-          // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)), wg = weight * g
-          if (!w.empty())
-            for (int64_t i = 0; i < inner; ++i) g[size_t(i)] *= w[size_t(i)];
-          const A c1 = lane_sum<A>(inner, [&](int64_t i) { return g[size_t(i)] * xv[size_t(i)]; }) / A(inner);
-          const A c2 = lane_sum<A>(inner, [&](int64_t i) { return g[size_t(i)]; }) / A(inner);
-          for (int64_t i = 0; i < inner; ++i) g[size_t(i)] = rs * (g[size_t(i)] - c2 - xv[size_t(i)] * c1);
-          store_acc<T>(g.data(), gip + r * inner * sz, sz, inner);
-        }
-      }
+      LnScratch<A> sc{g.data(), xv.data(), want_w ? bw.data() : nullptr, want_b ? bb.data() : nullptr};
+      for (int64_t c = cb; c < ce; ++c)
+        run_ln_backward(a, rows * c / chunks, rows * (c + 1) / chunks, want_w ? pw.data() + c * inner : nullptr,
+                        want_b ? pb.data() + c * inner : nullptr, sc);
     });
     // Partial sums join in chunk order.
     for (int pass = 0; pass < 2; ++pass) {
