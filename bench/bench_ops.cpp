@@ -26,6 +26,8 @@
 // preset's activations (8 x 256 tokens, width 384), forward and backward with weight and
 // bias (the gradients dropped after each iteration); its ceiling, copy, makes the same
 // passes over memory with plain elementwise ops: y = clone(x) forward, dx = dy + x back.
+// dropout/<dtype>/2048x384/ampgrad: the nanoGPT preset's dropout on one activation (its
+// mask is a Philox uniform draw, compared and scaled), no gradient.
 // gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
 // (3 KiB each) of a Fashion-MNIST-sized float32 tensor (188 MB, far beyond the caches):
 // ours draws the rows at random, as a shuffled epoch does; its ceiling, contiguous_rows,
@@ -226,6 +228,21 @@ void BM_layer_norm(benchmark::State& state, bool ours, ag::DType dt) {
   }
 }
 
+void BM_dropout(benchmark::State& state, ag::DType dt) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor x = ag::randn({2048, 384}).to(dt);
+    for (auto _ : state) {
+      const ag::Tensor y = ag::dropout(x, 0.2, true);
+      benchmark::DoNotOptimize(y.raw_data());
+    }
+    state.counters["elements/s"] = benchmark::Counter(double(x.numel()), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int64_t T, int64_t D,
                   ag::DType dt = ag::kFloat32) {
   try {
@@ -289,6 +306,10 @@ BENCHMARK_CAPTURE(BM_layer_norm, bfloat16, true, ag::kBFloat16)
     ->Name("layer_norm/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, bfloat16_copy, false, ag::kBFloat16)
     ->Name("layer_norm/bfloat16/2048x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_dropout, float32, ag::kFloat32)
+    ->Name("dropout/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_dropout, bfloat16, ag::kBFloat16)
+    ->Name("dropout/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, shuffled, true)->Name("gather_batch/float32/60000x784/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, consecutive, false)->Name("gather_batch/float32/60000x784/contiguous_rows")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
