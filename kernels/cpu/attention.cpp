@@ -28,6 +28,7 @@
 // (AttentionParams), so the backward regenerates the forward's mask and nothing
 // [Tq, Tk]-sized is saved.
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -186,8 +187,9 @@ struct Entry {
   const A* mask;     // element (i, j) at mask[i * mr + j * mc], or null
   int64_t mr, mc;
   A scale;
-  // q, k^T, k and v packed for tile_gemm_bf16 (pack_for), or null
+  // q, k^T, k and v packed for tile_gemm_bf16 (pack_for, or from the inputs in place), or null
   const Bf16Pairs *qp = nullptr, *ktp = nullptr, *kp = nullptr, *vp = nullptr;
+  Rows<BFloat16> q16{nullptr, 0};  // q's bfloat16 rows read in place (direct entries), or null
 };
 
 // bfloat16 inputs on a CPU with AVX512-BF16: the right operands of an entry's products are
@@ -211,14 +213,46 @@ std::optional<Bf16TileScope> bf16_tiles() {
   return std::nullopt;
 }
 
+// Whether an entry's bfloat16 operands can be read in place: the products all run on
+// bfloat16 pairs then (tile_gemm_bf16 takes every product attention asks of it when the
+// head sizes are at most 256: stripes of at most 64 rows start at even rows, and an odd
+// inner dimension only ends at a matrix's last row), so nothing is widened to float,
+// and k^T and v^T are packed straight from k's and v's rows.
+template <class T>
+bool direct_bf16(const Dims& d, std::initializer_list<const Tensor*> ts) {
+  if constexpr (!std::is_same_v<T, BFloat16>) {
+    (void)d, (void)ts;
+    return false;
+  } else {
+    if (!tile_gemm_bf16_available() || d.D > 256 || d.Dv > 256) return false;
+    for (const Tensor* t : ts)
+      if (!(t->stride(-1) == 1 || t->size(-1) <= 1) || t->stride(-2) < std::max<int64_t>(t->size(-1), 1)) return false;
+    return true;
+  }
+}
+
+// Batch entry b of a bfloat16 t [batch..., R, C] as rows read in place (direct_bf16 held).
+template <class T>
+Rows<BFloat16> rows16(const Tensor& t, int64_t b) {
+  if constexpr (std::is_same_v<T, BFloat16>)
+    return {static_cast<const BFloat16*>(t.raw_data()) + batch_offset(t, b), std::max<int64_t>(t.stride(-2), 1)};
+  (void)t, (void)b;
+  return {nullptr, 0};
+}
+
 // c = alpha op(a) b[p0.., j0..] + beta c, b [K, N] given by its float rows bf and, where
-// packed, its bfloat16 pairs bp (tile_gemm_bf16 first; tile_gemm if it declines).
+// packed, its bfloat16 pairs bp (tile_gemm_bf16 first; tile_gemm if it declines). a16:
+// op(a)'s rows in bfloat16 (not transposed), used instead of a when given. Entries read
+// in place (direct_bf16) have no float rows: their products never decline.
 template <class A>
 void product(bool ta, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const Rows<A>& bf,
-             const Bf16Pairs* bp, int64_t p0, int64_t j0, A beta, A* c, int64_t ldc) {
+             const Bf16Pairs* bp, int64_t p0, int64_t j0, A beta, A* c, int64_t ldc,
+             Rows<BFloat16> a16 = {nullptr, 0}) {
   if constexpr (std::is_same_v<A, float>) {
-    if (bp && tile_gemm_bf16(ta, m, n, k, alpha, a, lda, *bp, p0, j0, beta, c, ldc)) return;
+    if (bp && a16.p && tile_gemm_bf16(m, n, k, alpha, a16.p, a16.ld, *bp, p0, j0, beta, c, ldc)) return;
+    if (bp && !a16.p && tile_gemm_bf16(ta, m, n, k, alpha, a, lda, *bp, p0, j0, beta, c, ldc)) return;
   }
+  assert(bf.p && "a bfloat16 product read in place was declined");
   tile_gemm(ta, false, m, n, k, alpha, a, lda, bf.p + p0 * bf.ld + j0, bf.ld, beta, c, ldc);
 }
 
@@ -230,8 +264,8 @@ void score_tile(const Entry<A>& e, const Dims& d, bool causal, int64_t i0, int64
                 A* s) {
   Diagonal(causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
     if (n > 0)
-      product(false, r1 - r0, n, d.D, e.scale, e.q.p + (i0 + r0) * e.q.ld, e.q.ld, e.kt, e.ktp, 0, j0, A(0),
-              s + r0 * kBc, kBc);
+      product(false, r1 - r0, n, d.D, e.scale, e.q.p ? e.q.p + (i0 + r0) * e.q.ld : nullptr, e.q.ld, e.kt, e.ktp, 0, j0, A(0),
+              s + r0 * kBc, kBc, e.q16.p ? Rows<BFloat16>{e.q16.p + (i0 + r0) * e.q16.ld, e.q16.ld} : e.q16);
   });
   if (e.mask) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -397,16 +431,25 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   char* out_base = static_cast<char*>(out.raw_data());
   A* lse_base = static_cast<A*>(lse.raw_data());
+  const bool direct = direct_bf16<T>(d, {&q, &k, &v});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
     const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;
     std::vector<A> s(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), acc(size_t(kBr * d.Dv)), m(kBr), l(kBr);
     for (int64_t b = b0; b < b1; ++b) {
-      const Rows<A> kr = entry_rows<T>(k, b, w.k);
-      Entry<A> e{entry_rows<T>(q, b, w.q), kr, entry_rows<T>(v, b, w.v), transposed(kr, d.Tk, d.D, w.kt),
-                 mask_of<A>(mask, b), mr, mc, A(p.scale)};
-      e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
-      e.vp = pack_for<T>(e.v, d.Tk, d.Dv, w.vp);
+      Entry<A> e{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      if (direct) {
+        const Rows<BFloat16> k16 = rows16<T>(k, b), v16 = rows16<T>(v, b);
+        e.q16 = rows16<T>(q, b);
+        w.ktp.pack_transposed(k16.p, k16.ld, d.Tk, d.D);
+        w.vp.pack(v16.p, v16.ld, d.Tk, d.Dv);
+        e.ktp = &w.ktp, e.vp = &w.vp;
+      } else {
+        e.q = entry_rows<T>(q, b, w.q), e.k = entry_rows<T>(k, b, w.k), e.v = entry_rows<T>(v, b, w.v);
+        e.kt = transposed(e.k, d.Tk, d.D, w.kt);
+        e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
+        e.vp = pack_for<T>(e.v, d.Tk, d.Dv, w.vp);
+      }
       for (int64_t i0 = 0; i0 < d.Tq; i0 += kBr) {
         const int64_t rows = std::min(kBr, d.Tq - i0);
         std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
@@ -454,6 +497,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   const bool drop = p.dropout_p > 0;
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   const A* lse_base = static_cast<const A*>(lse.raw_data());
+  const bool direct = direct_bf16<T>(d, {&q, &k, &v, &grad_out, &out});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
     const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;
@@ -461,19 +505,41 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
     std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
         pd(drop ? size_t(kBr * kBc) : 0);
     for (int64_t b = b0; b < b1; ++b) {
-      const Rows<A> kr = entry_rows<T>(k, b, w.k), vr = entry_rows<T>(v, b, w.v);
-      Entry<A> e{entry_rows<T>(q, b, w.q), kr, vr, transposed(kr, d.Tk, d.D, w.kt), mask_of<A>(mask, b), mr, mc,
-                 A(p.scale)};
-      const Rows<A> vt = transposed(vr, d.Tk, d.Dv, w.vt);
-      const Rows<A> go = entry_rows<T>(grad_out, b, w.go), o = entry_rows<T>(out, b, w.o);
-      e.qp = pack_for<T>(e.q, d.Tq, d.D, w.qp);
-      e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
-      e.kp = pack_for<T>(e.k, d.Tk, d.D, w.kp);
-      const Bf16Pairs *vtp = pack_for<T>(vt, d.Dv, d.Tk, w.vtp), *gop = pack_for<T>(go, d.Tq, d.Dv, w.gop);
-      for (int64_t i = 0; i < d.Tq; ++i) {
-        const A* gr = go.p + i * go.ld;
-        const A* orow = o.p + i * o.ld;
-        di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return gr[c] * orow[c]; });
+      Entry<A> e{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(mask, b), mr, mc, A(p.scale)};
+      Rows<A> vt{nullptr, 0}, go{nullptr, 0};
+      Rows<BFloat16> go16{nullptr, 0};
+      const Bf16Pairs *vtp = nullptr, *gop = nullptr;
+      if (direct) {
+        const Rows<BFloat16> q16 = rows16<T>(q, b), k16 = rows16<T>(k, b), v16 = rows16<T>(v, b),
+                             o16 = rows16<T>(out, b);
+        go16 = rows16<T>(grad_out, b);
+        e.q16 = q16;
+        w.qp.pack(q16.p, q16.ld, d.Tq, d.D);
+        w.ktp.pack_transposed(k16.p, k16.ld, d.Tk, d.D);
+        w.kp.pack(k16.p, k16.ld, d.Tk, d.D);
+        w.vtp.pack_transposed(v16.p, v16.ld, d.Tk, d.Dv);
+        w.gop.pack(go16.p, go16.ld, d.Tq, d.Dv);
+        e.qp = &w.qp, e.ktp = &w.ktp, e.kp = &w.kp, vtp = &w.vtp, gop = &w.gop;
+        for (int64_t i = 0; i < d.Tq; ++i) {
+          const BFloat16* gr = go16.p + i * go16.ld;
+          const BFloat16* orow = o16.p + i * o16.ld;
+          di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return A(float(gr[c])) * A(float(orow[c])); });
+        }
+      } else {
+        e.q = entry_rows<T>(q, b, w.q), e.k = entry_rows<T>(k, b, w.k), e.v = entry_rows<T>(v, b, w.v);
+        e.kt = transposed(e.k, d.Tk, d.D, w.kt);
+        vt = transposed(e.v, d.Tk, d.Dv, w.vt);
+        go = entry_rows<T>(grad_out, b, w.go);
+        const Rows<A> o = entry_rows<T>(out, b, w.o);
+        e.qp = pack_for<T>(e.q, d.Tq, d.D, w.qp);
+        e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
+        e.kp = pack_for<T>(e.k, d.Tk, d.D, w.kp);
+        vtp = pack_for<T>(vt, d.Dv, d.Tk, w.vtp), gop = pack_for<T>(go, d.Tq, d.Dv, w.gop);
+        for (int64_t i = 0; i < d.Tq; ++i) {
+          const A* gr = go.p + i * go.ld;
+          const A* orow = o.p + i * o.ld;
+          di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return gr[c] * orow[c]; });
+        }
       }
       std::fill(dq.begin(), dq.end(), A(0));
       std::fill(dk.begin(), dk.end(), A(0));
@@ -500,8 +566,9 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           });
           dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dP = dO_i V_j^T, 0 where unseen
             if (n > 0)
-              product(false, r1 - r0, n, d.Dv, A(1), go.p + (i0 + r0) * go.ld, go.ld, vt, vtp, 0, j0, A(0),
-                      ds.data() + r0 * kBc, kBc);
+              product(false, r1 - r0, n, d.Dv, A(1), go.p ? go.p + (i0 + r0) * go.ld : nullptr, go.ld, vt, vtp, 0, j0, A(0),
+                      ds.data() + r0 * kBc, kBc,
+                      go16.p ? Rows<BFloat16>{go16.p + (i0 + r0) * go16.ld, go16.ld} : go16);
             for (int64_t r = r0; r < r1 && n < cols; ++r) std::fill_n(ds.data() + r * kBc + n, cols - n, A(0));
           });
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ampgrad/half.h"
+
 namespace ampgrad::cpu {
 
 /// c [m, n] = alpha * op(a) op(b) + beta * c, every matrix row-major with its leading
@@ -43,6 +45,15 @@ struct Bf16Pairs {
   /// Packs b [rows, cols] (leading dimension ldb); false, and nothing packed (K = N = 0),
   /// on a CPU without AVX512-BF16.
   bool pack(const float* b, int64_t ldb, int64_t rows, int64_t cols);
+  /// The same from bfloat16 rows (nothing to round).
+  bool pack(const BFloat16* b, int64_t ldb, int64_t rows, int64_t cols);
+  /// Packs the transpose of m [rows, cols] (bfloat16 rows, leading dimension ldm): b = m^T
+  /// is [cols, rows] (K = cols, N = rows).
+  bool pack_transposed(const BFloat16* m, int64_t ldm, int64_t rows, int64_t cols);
+
+ private:
+  template <class F>
+  bool fill(int64_t rows, int64_t cols, const F& pack);
 };
 
 /// c [m, n] = alpha * op(a) b[p0 : p0 + k, j0 : j0 + n] + beta * c, with op(a) ([m, k]; a
@@ -54,6 +65,12 @@ struct Bf16Pairs {
 /// last row (its last pair would take a value of b's next row), or a range outside b.
 bool tile_gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                     const Bf16Pairs& b, int64_t p0, int64_t j0, float beta, float* c, int64_t ldc);
+/// The same with a's rows [m, k] in bfloat16 already (not transposed), read as they are.
+bool tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda, const Bf16Pairs& b,
+                    int64_t p0, int64_t j0, float beta, float* c, int64_t ldc);
+
+/// Whether tile_gemm_bf16 runs on this CPU (AVX512-BF16; AMX-BF16 used where present).
+bool tile_gemm_bf16_available();
 
 /// Keeps AMX's tile configuration loaded on this thread for the tile_gemm_bf16 calls made
 /// while it lives (loading it costs about as much as a small product), and releases the

@@ -466,3 +466,33 @@ TEST(Attention, CausalSelfAttentionMatchesTheFiveOpFormula) {
 }
 
 }  // namespace
+
+// bfloat16 inputs with unit-stride rows are read in place (their products on bfloat16 pairs
+// packed straight from them); with strided rows they are widened to float first. The
+// products see the same bfloat16 values either way, so both give the same bits: causal
+// (stripes), a float mask and dropout, odd lengths and head sizes.
+TEST(Attention, Bfloat16ReadInPlaceAndWidenedAgreeBitForBit) {
+  manual_seed(9);
+  for (const bool causal : {true, false}) {
+    const int64_t B = 2, H = 3, Tq = causal ? 77 : 45, Tk = causal ? 77 : 70, D = 24, Dv = 33;
+    const Tensor q = randf({B, H, Tq, D}, kBFloat16), k = randf({B, H, Tk, D}, kBFloat16),
+                 v = randf({B, H, Tk, Dv}, kBFloat16), go = randf({B, H, Tq, Dv}, kBFloat16);
+    const Tensor mask = causal ? Tensor() : randf({Tq, Tk}, kFloat32);
+    TL res[2];
+    for (int strided = 0; strided < 2; ++strided) {
+      // the same values, stored [.., C, R] and viewed [.., R, C]: rows with a stride of one column
+      const auto lay = [&](const Tensor& t) {
+        return (strided ? t.transpose(-1, -2).contiguous().transpose(-1, -2) : t.clone()).requires_grad_();
+      };
+      const Tensor qi = lay(q), ki = lay(k), vi = lay(v);
+      ASSERT_EQ(qi.stride(-1) != 1, strided == 1);
+      manual_seed(3);
+      const Tensor out = sdpa(qi, ki, vi, causal, mask, 0.2);
+      out.backward(go);
+      res[strided] = {out, qi.grad(), ki.grad(), vi.grad()};
+    }
+    for (size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(res[0][i].to_vector<double>(), res[1][i].to_vector<double>())
+          << (causal ? "causal" : "float mask") << ", output " << i << " (0: out, 1-3: dq, dk, dv)";
+  }
+}

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <ampgrad/ampgrad.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -163,6 +164,31 @@ TEST(TileGemm, Bf16KernelMatchesTheRoundedReference) {
                       << "poison " << poison << " ta " << ta << " m " << m << " n " << n << " k " << k << " p0 " << p0 << " beta " << beta
                       << " at (" << i << ", " << j << ")";
                 }
+              // From bfloat16 sources: b's rows and b as the transpose of m [N, K] pack to the
+              // same words; a's rows in bfloat16 give the same result bit for bit.
+              std::vector<ag::BFloat16> b16(b.size()), m16(size_t(N * (K + 2))), a16(a.size());
+              for (size_t i = 0; i < b.size(); ++i) b16[i] = ag::BFloat16(b[i]);
+              for (size_t i = 0; i < a.size(); ++i) a16[i] = ag::BFloat16(a[i]);
+              for (int64_t p = 0; p < K; ++p)
+                for (int64_t j = 0; j < N; ++j) m16[size_t(j * (K + 2) + p)] = b16[size_t(p * ldb + j)];
+              ampgrad::cpu::Bf16Pairs from_rows, from_t;
+              ASSERT_TRUE(from_rows.pack(b16.data(), ldb, K, N));
+              ASSERT_TRUE(from_t.pack_transposed(m16.data(), K + 2, N, K));
+              const size_t words = size_t((K + 1) / 2 * N);
+              ASSERT_EQ(from_t.K, K);
+              ASSERT_EQ(from_t.N, N);
+              ASSERT_TRUE(std::equal(packed.data.begin(), packed.data.begin() + ptrdiff_t(words), from_rows.data.begin()));
+              ASSERT_TRUE(std::equal(packed.data.begin(), packed.data.begin() + ptrdiff_t(words), from_t.data.begin()))
+                  << "K " << K << " N " << N;
+              ASSERT_EQ(from_rows.finite, packed.finite);
+              ASSERT_EQ(from_t.finite, packed.finite);
+              if (!ta) {
+                std::vector<float> got16 = c;
+                ASSERT_TRUE(ampgrad::cpu::tile_gemm_bf16(m, n, k, alpha, a16.data(), lda, from_t, p0, j0, beta,
+                                                         got16.data(), ldc));
+                for (size_t i = 0; i < got.size(); ++i)
+                  ASSERT_TRUE(got16[i] == got[i] || (std::isnan(got16[i]) && std::isnan(got[i]))) << "element " << i;
+              }
               ++checked;
             }
   EXPECT_EQ(checked, 2 * 2 * 6 * 8 * 6 * 2 * 3);
