@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
@@ -138,12 +139,7 @@ struct Widened {
 };
 
 #if defined(__x86_64__)
-// GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AG_AVX512_CODE_BEGIN
 // The full 16 x 16 blocks of an R x C transpose (dst's leading dimension R); the caller
 // checks that the CPU has AVX-512 and copies the leftover rows and columns.
 __attribute__((target("avx512f"))) void transpose_blocks_avx512(const float* src, int64_t lds, int64_t R, int64_t C,
@@ -151,9 +147,7 @@ __attribute__((target("avx512f"))) void transpose_blocks_avx512(const float* src
   for (int64_t r0 = 0; r0 + 16 <= R; r0 += 16)
     for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * R + r0, R);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AG_AVX512_CODE_END
 #endif
 
 // The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products

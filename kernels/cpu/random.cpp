@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
@@ -36,11 +37,7 @@ struct PhiloxLanes {
 }
 
 #if defined(__x86_64__)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AG_AVX512_CODE_BEGIN
 #define AG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 // (hi, lo) 32-bit halves of m * c for 16 lanes: VPMULUDQ multiplies the even lanes (and,
 // shifted down, the odd ones) into 64-bit products, whose halves are blended back.
@@ -102,9 +99,7 @@ AG_AVX512 void draw_range_avx512(T* p, int64_t b, int64_t e, uint64_t seed, uint
   draw_range<true>(p, b, e, seed, offset, draw);
 }
 #undef AG_AVX512
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AG_AVX512_CODE_END
 #endif
 
 // Fills out with draw.template operator()<T>(r, j) (see draw_range), in the widest variant

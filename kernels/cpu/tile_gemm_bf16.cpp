@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/gemm.h"
 #include "cpu/transpose16.h"
 
@@ -64,12 +65,7 @@ bool amx_ready() { return false; }
 #endif
 
 #if defined(__x86_64__)
-// GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AG_AVX512_CODE_BEGIN
 #define AG_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 inline __mmask16 first(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? 0 : __mmask16((1u << n) - 1); }
@@ -155,19 +151,7 @@ AG_BF16 inline void block(int64_t kq, float alpha, const uint32_t* ap, int64_t l
         acc[r][v] = _mm512_dpbf16_ps(acc[r][v], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b[v]));
     }
   }
-  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-    float* crow = c + (i0 + r) * ldc + j0;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v == NV - 1 ? last : __mmask16(0xFFFF);
-      __m512 out = _mm512_mul_ps(al, acc[r][v]);
-      // beta == 0 ignores c's old contents, NaN included (gemm.h)
-      if (beta != 0.0f) out = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, crow + 16 * v), out);
-      _mm512_mask_storeu_ps(crow + 16 * v, mk, out);
-    }
-  }
+  store_block(acc, alpha, beta, c + i0 * ldc + j0, ldc, last);
 }
 
 template <int NV>
@@ -222,7 +206,6 @@ AG_AMX void gemm_amx(int64_t m, int64_t n, float alpha, const uint32_t* ap, int6
   // the stores into ap could be dropped or moved past the loads.
   __asm__ volatile("" ::: "memory");
   alignas(64) float cb[32 * 32];
-  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
   for (int64_t i0 = 0; i0 < m; i0 += 32)
     for (int64_t j0 = 0; j0 < n; j0 += 32) {
       _tile_zero(0);
@@ -245,15 +228,15 @@ AG_AMX void gemm_amx(int64_t m, int64_t n, float alpha, const uint32_t* ap, int6
       _tile_stored(1, cb + 16, 128);
       _tile_stored(2, cb + 16 * 32, 128);
       _tile_stored(3, cb + 16 * 32 + 16, 128);
-      for (int64_t r = 0; r < std::min<int64_t>(32, m - i0); ++r)
-        for (int64_t h = 0; h < 32 && j0 + h < n; h += 16) {
-          const __mmask16 mk = first(n - j0 - h);
-          float* crow = c + (i0 + r) * ldc + j0 + h;
-          __m512 out = _mm512_mul_ps(al, _mm512_load_ps(cb + r * 32 + h));
-          // beta == 0 ignores c's old contents, NaN included (gemm.h)
-          if (beta != 0.0f) out = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, crow), out);
-          _mm512_mask_storeu_ps(crow, mk, out);
+      for (int64_t r = 0; r < std::min<int64_t>(32, m - i0); ++r) {
+        const __m512 acc[1][2] = {{_mm512_load_ps(cb + r * 32), _mm512_load_ps(cb + r * 32 + 16)}};
+        float* crow = c + (i0 + r) * ldc + j0;
+        if (n - j0 > 16) store_block<1, 2>(acc, alpha, beta, crow, ldc, first(n - j0 - 16));
+        else {
+          const __m512 one[1][1] = {{acc[0][0]}};
+          store_block<1, 1>(one, alpha, beta, crow, ldc, first(n - j0));
         }
+      }
     }
   if (tile_scopes == 0) release_tiles();
 }
@@ -300,9 +283,7 @@ AG_BF16 bool pack_pairs_transposed(const uint16_t* m, int64_t ldm, int64_t R, in
   return special == 0;
 }
 #undef AG_BF16
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AG_AVX512_CODE_END
 
 // c = alpha op(a) b[p0 :, j0 :] + beta c for a packed by pack(ap, la) (la given): AMX
 // where it takes b, else VDPBF16PS. The checks are tile_gemm_bf16's (gemm.h).

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/gemm.h"
 
 #if defined(__x86_64__)
@@ -57,19 +58,7 @@ AG_AVX512 inline void block(int64_t k, float alpha, const float* a, int64_t lda,
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(ab, b[v], acc[r][v]);
     }
   }
-  const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
-#pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) {
-    float* crow = c + (i0 + r) * ldc + j0;
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const __mmask16 mk = v == NV - 1 ? last : __mmask16(0xFFFF);
-      __m512 out = _mm512_mul_ps(al, acc[r][v]);
-      // beta == 0 ignores c's old contents, NaN included (gemm.h)
-      if (beta != 0.0f) out = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(mk, crow + 16 * v), out);
-      _mm512_mask_storeu_ps(crow + 16 * v, mk, out);
-    }
-  }
+  store_block(acc, alpha, beta, c + i0 * ldc + j0, ldc, last);
 }
 
 // The blocks of a column range of nc <= 64 columns, NV = ceil(nc / 16) vectors wide.

@@ -9,14 +9,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "cpu/avx512.h"
+
 namespace ampgrad::cpu {
 
-// GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+AG_AVX512_CODE_BEGIN
 // dst[c * ldd + r] = src[r * lds + c] for a 16 x 16 block: 16 rows in registers, then the
 // usual three rounds of shuffles (32-bit pairs, 64-bit pairs, 128-bit lanes twice).
 __attribute__((target("avx512f"))) inline void transpose16(const float* src, int64_t lds, float* dst, int64_t ldd) {
@@ -48,9 +45,7 @@ __attribute__((target("avx512f"))) inline void transpose16(const float* src, int
   }
   for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * ldd, r[k]);
 }
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+AG_AVX512_CODE_END
 
 }  // namespace ampgrad::cpu
 #endif
