@@ -4,7 +4,8 @@
 // One task per batch entry (a head), spread by parallel_for with grain 1 (each is big
 // work; entries under a megaflop are grouped). float32 and float64 operands are read in
 // place (any row stride); 16-bit ones are widened once per entry into float buffers with
-// load_acc. Everything is computed in A, float (double for float64). Then:
+// load_acc, except bfloat16 ones on a CPU with AVX512-BF16 (below). Everything is computed
+// in A, float (double for float64). Then:
 //   forward   for each block of kBr queries, walks the blocks of kBc keys (stopping at the
 //             diagonal when causal) with a running max m, normaliser l and output
 //             accumulator per row (the online softmax): S = scale q k^T + mask (-inf where
@@ -21,7 +22,10 @@
 //             dq, dk and dv of the entry accumulate in A and are written once.
 // The products are tile_gemm calls (gemm.h: our AVX-512 kernel for these small float
 // products where the CPU has AVX-512, else oneDNN's sgemm or Eigen), all on row-major
-// operands: k and v are transposed once per entry for the products that take k^T and v^T;
+// operands: k and v are transposed once per entry for the products that take k^T and v^T.
+// bfloat16 inputs multiply in bfloat16 pairs instead (tile_gemm_bf16: AMX tiles, else
+// VDPBF16PS), their right operands packed once per entry (pack_for), straight from the
+// inputs' rows when those are unit-stride (direct_bf16: nothing widened then);
 // the row work (max, exp_acc, sums) is one always-inlined function compiled for AVX-512,
 // AVX2 and the baseline (see row_work). Dropout draws the keep decision of probability
 // (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
@@ -187,8 +191,8 @@ struct Entry {
 };
 
 // bfloat16 inputs on a CPU with AVX512-BF16: the right operands of an entry's products are
-// packed into bfloat16 pairs once per entry, and the products run on them (tile_gemm_bf16,
-// twice the float kernel's rate). q, k, v and dO are exact in bfloat16; the probabilities
+// packed into bfloat16 pairs once per entry, and the products run on them (tile_gemm_bf16:
+// AMX tiles, else VDPBF16PS). q, k, v and dO are exact in bfloat16; the probabilities
 // and dS are rounded to it for their products, as FlashAttention does with 16-bit inputs;
 // the sums and all the row work stay float. Returns &buf, or null (the float products).
 template <class T, class A>
