@@ -3,8 +3,8 @@
 //
 // Both multiply pairs of bfloat16 values along the inner dimension and sum in float, so
 // both take the right operand in rows of pairs (Bf16Pairs, packed once per attention head)
-// and the left one rounded into pairs on the stack per call (a tile of probabilities or
-// score gradients, computed just before).
+// and the left one as rows of pairs on the stack, made per call (pack_a: a tile of
+// probabilities or score gradients rounded, or bfloat16 rows of q or dO copied).
 //   AMX     (CPUs with AMX-BF16) c in blocks of 32 x 32, four 16 x 16 float tiles, each
 //           TDPBF16PS a 16 x 16 x 32 product: a 64 x 64 x 64 product is 32 of them, against
 //           8192 AVX-512 FMAs for the float kernel. The left operand is packed in rows of
@@ -27,6 +27,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
