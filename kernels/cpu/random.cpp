@@ -21,7 +21,7 @@ namespace {
 
 // Philox4x32-10 for kLanes consecutive counters at once: kernels::Philox4x32 (philox.h,
 // the definition) lane by lane, or its rounds in 16-lane AVX-512 registers (one counter at
-// a time, the generator was 2.5% of the nanoGPT preset's bf16-mixed step).
+// a time, a float32 dropout over [2048, 384] took 4.0 ms; 2.4 ms so: bench_ops' dropout rows).
 constexpr int kLanes = 16;
 
 struct PhiloxLanes {
