@@ -33,8 +33,8 @@ void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
 bool small_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-/// A [K, N] float matrix rounded to bfloat16 (to nearest even) in the pair layout of
-/// AVX512-BF16's dot products: rows 2q and 2q + 1 interleaved, element (p, j) in the 32-bit
+/// A [K, N] matrix in bfloat16 (float ones rounded to nearest even) in the pair layout of
+/// AVX512-BF16's dot products and AMX-BF16's tiles: rows 2q and 2q + 1 interleaved, element (p, j) in the 32-bit
 /// word data[(p / 2) * N + j], its low half when p is even; an odd K gets a zero row. The
 /// right operand of tile_gemm_bf16, packed once for many products (attention packs each
 /// head's k^T, v, ... once).
@@ -58,9 +58,9 @@ struct Bf16Pairs {
 
 /// c [m, n] = alpha * op(a) b[p0 : p0 + k, j0 : j0 + n] + beta * c, with op(a) ([m, k]; a
 /// stored [k, m] when ta) rounded to bfloat16 and b packed as Bf16Pairs: the products of
-/// bfloat16 values are exact and summed in float (VDPBF16PS, which counts subnormal
-/// operands as zero). For products whose inputs are bfloat16 already, where the float
-/// kernel would do twice the instructions. Declines (false, nothing done) on a CPU without
+/// bfloat16 values are exact and summed in float (both instructions count subnormal
+/// operands as zero): on AMX-BF16 tiles where the CPU has them and b is finite, else with
+/// VDPBF16PS. For products whose inputs are bfloat16 already. Declines (false, nothing done) on a CPU without
 /// AVX512-BF16, for m > 64, k > 256 or k == 0, an odd p0, an odd k that ends before b's
 /// last row (its last pair would take a value of b's next row), or a range outside b.
 bool tile_gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
