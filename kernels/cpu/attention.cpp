@@ -391,7 +391,7 @@ template <class A>
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void row_work_avx512(RowStep step,
+AG_AVX512_TARGET void row_work_avx512(RowStep step,
                                                                                     const RowArgs<float>& a) {
   row_work<float>(step, a);
 }
@@ -407,7 +407,7 @@ void run_rows(RowStep step, const RowArgs<A>& a) {
   if constexpr (std::is_same_v<A, float>) {
     static const int isa = [] {
       const hw::CpuFeatures& f = hw::cpu_features();
-      return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq ? 2 : f.avx2 && f.fma ? 1 : 0;
+      return cpu_has_avx512() ? 2 : f.avx2 && f.fma ? 1 : 0;
     }();
     if (isa == 2) return row_work_avx512(step, a);
     if (isa == 1) return row_work_avx2(step, a);

@@ -21,7 +21,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
@@ -180,12 +180,13 @@ template <class T>
   const int64_t n = a.inner, sz = int64_t(sizeof(T));
   for (int64_t r = rb; r < re; ++r) {
     // float rows are read and written in place; 16-bit ones widened into buf and back
-    const A* v = reinterpret_cast<const A*>(a.x + r * n * sz);
-    A* out = reinterpret_cast<A*>(a.y + r * n * sz);
-    if constexpr (!std::is_same_v<T, A>) {
+    const A* v = buf;
+    A* out = buf;
+    if constexpr (std::is_same_v<T, A>) {
+      v = reinterpret_cast<const A*>(a.x + r * n * sz);
+      out = reinterpret_cast<A*>(a.y + r * n * sz);
+    } else {
       load_acc<T>(a.x + r * n * sz, sz, buf, n);
-      v = buf;
-      out = buf;
     }
     A lane[kLanes] = {}, tail = 0;
     int64_t i = 0;
@@ -283,31 +284,23 @@ template <class T>
 
 #if defined(__x86_64__)
 template <class T>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ln_forward_avx512(const LnForward<T>& a, int64_t rb,
+AG_AVX512_TARGET void ln_forward_avx512(const LnForward<T>& a, int64_t rb,
                                                                                     int64_t re, float* buf) {
   ln_forward_rows<T>(a, rb, re, buf);
 }
 template <class T>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void ln_backward_avx512(
+AG_AVX512_TARGET void ln_backward_avx512(
     const LnBackward<T>& a, int64_t r0, int64_t r1, float* tw, float* tb, const LnScratch<float>& s) {
   ln_backward_rows<T>(a, r0, r1, tw, tb, s);
 }
 #endif
-
-bool ln_has_avx512() {
-  static const bool yes = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  }();
-  return yes;
-}
 
 // The rows in the widest variant this CPU runs (float accumulation); double is compiled once.
 template <class T>
 void run_ln_forward(const LnForward<T>& a, int64_t rb, int64_t re, acc_type_t<T>* buf) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (ln_has_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
+    if (cpu_has_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
 #endif
   ln_forward_rows<T>(a, rb, re, buf);
 }
@@ -317,7 +310,7 @@ void run_ln_backward(const LnBackward<T>& a, int64_t r0, int64_t r1, acc_type_t<
                      const LnScratch<acc_type_t<T>>& s) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (ln_has_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
+    if (cpu_has_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
 #endif
   ln_backward_rows<T>(a, r0, r1, tw, tb, s);
 }

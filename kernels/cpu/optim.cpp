@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
@@ -147,7 +148,7 @@ template <class T>
 // division and a square root per element) 15% of the bf16-mixed MLP step on an AVX-512 CPU.
 // The file is compiled with -ffp-contract=off, so both variants round alike (CMakeLists.txt).
 template <class T>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(const AdamPiece<T>& a) {
+AG_AVX512_TARGET void adam_avx512(const AdamPiece<T>& a) {
   adam_loop(a);
 }
 #endif
@@ -155,11 +156,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void adam_avx512(c
 template <class T>
 void run_adam(const AdamPiece<T>& a) {
 #if defined(__x86_64__)
-  static const bool avx512 = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  }();
-  if (avx512) return adam_avx512(a);
+  if (cpu_has_avx512()) return adam_avx512(a);
 #endif
   adam_loop(a);
 }

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <limits>
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
@@ -38,16 +37,15 @@ struct PhiloxLanes {
 
 #if defined(__x86_64__)
 AG_AVX512_CODE_BEGIN
-#define AG_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 // (hi, lo) 32-bit halves of m * c for 16 lanes: VPMULUDQ multiplies the even lanes (and,
 // shifted down, the odd ones) into 64-bit products, whose halves are blended back.
-AG_AVX512 inline void mulhilo16(__m512i c, __m512i m, __m512i& hi, __m512i& lo) {
+AG_AVX512_TARGET inline void mulhilo16(__m512i c, __m512i m, __m512i& hi, __m512i& lo) {
   const __m512i pe = _mm512_mul_epu32(c, m), po = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
   hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
   lo = _mm512_mask_blend_epi32(0xAAAA, pe, _mm512_slli_epi64(po, 32));
 }
 
-AG_AVX512 inline void philox_lanes_avx512(uint64_t seed, uint64_t first, PhiloxLanes& r) {
+AG_AVX512_TARGET inline void philox_lanes_avx512(uint64_t seed, uint64_t first, PhiloxLanes& r) {
   static_assert(kLanes == 16);
   const __m512i j = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
   // 64-bit counters first + j: lanes 0-7 and 8-15, split into low and high words
@@ -95,10 +93,9 @@ template <bool kAvx512, class T, class Draw>
 
 #if defined(__x86_64__)
 template <class T, class Draw>
-AG_AVX512 void draw_range_avx512(T* p, int64_t b, int64_t e, uint64_t seed, uint64_t offset, const Draw& draw) {
+AG_AVX512_TARGET void draw_range_avx512(T* p, int64_t b, int64_t e, uint64_t seed, uint64_t offset, const Draw& draw) {
   draw_range<true>(p, b, e, seed, offset, draw);
 }
-#undef AG_AVX512
 AG_AVX512_CODE_END
 #endif
 
@@ -107,16 +104,12 @@ AG_AVX512_CODE_END
 template <class Draw>
 void fill_random(const Tensor& out, const char* op, uint64_t seed, uint64_t offset, const Draw& draw) {
   Tensor dst = out.is_contiguous() ? out : make_tensor(out.sizes(), out.dtype(), out.device());
-  static const bool avx512 = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  }();
   dispatch_floating(dst.dtype(), op, [&]<class T>() {
     T* p = static_cast<T*>(dst.raw_data());
     const auto typed = [&](const PhiloxLanes& r, int j) { return draw.template operator()<T>(r, j); };
     parallel_for(0, dst.numel(), 4096, [&](int64_t b, int64_t e) {
 #if defined(__x86_64__)
-      if (avx512) return draw_range_avx512(p, b, e, seed, offset, typed);
+      if (cpu_has_avx512()) return draw_range_avx512(p, b, e, seed, offset, typed);
 #endif
       draw_range<false>(p, b, e, seed, offset, typed);
     });
