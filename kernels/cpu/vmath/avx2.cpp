@@ -5,4 +5,5 @@
 #define AG_VMATH_V __m256
 #define AG_VMATH_SET1 _mm256_set1_ps
 #define AG_VMATH_ISA avx2
+#define AG_VMATH_FMSUB _mm256_fmsub_ps
 #include "kernels.h"

@@ -5,6 +5,8 @@
 //   AG_VMATH_V     the register type (__m128, __m256, __m512)
 //   AG_VMATH_SET1  the intrinsic that broadcasts a float
 //   AG_VMATH_ISA   SLEEF's suffix for the set (sse2, avx2, avx512f)
+//   AG_VMATH_FMSUB a * b - c rounded once, where the set has FMA (else left undefined)
+//   AG_VMATH_SCALEF x * 2^floor(n) rounded once, where the set has it (avx512's scalef)
 // and is compiled with the set's flags. Everything here has internal linkage or lives in
 // that namespace, and only system headers are included, so nothing compiled with the
 // wider set's flags can be picked by the linker for baseline code.
@@ -65,10 +67,14 @@ inline V exp_nonpositive(V x) {
   p = p * r + splat(1.6666665459e-1f);
   p = p * r + splat(5.0000001201e-1f);
   p = p * r * r + r + splat(1.0f);
+#ifdef AG_VMATH_SCALEF
+  return AG_VMATH_SCALEF(p, fn);  // one rounding, as below: the same result in 1 op for 7
+#else
   const M n = reinterpret_cast<M>(shifted) - reinterpret_cast<M>(magic);  // vector casts keep the bits
   const M half = n >> 1;
   const V s1 = reinterpret_cast<V>((half + 127) << 23), s2 = reinterpret_cast<V>((n - half + 127) << 23);
   return p * s1 * s2;
+#endif
 }
 
 // erfc(z) = e^(-z^2) P(t), t = 1 / (1 + 0.47 |z|), for z >= 0; 2 - erfc(-z) below 0. P is
@@ -90,9 +96,14 @@ inline V erfc(V z, V* gauss) {
   const V t = splat(1.0f) / (splat(1.0f) + splat(0.47f) * ac);
   V p = splat(kP[0]);
   for (int i = 1; i < 12; ++i) p = p * t + splat(kP[i]);
+  const V hi = ac * ac;
+#ifdef AG_VMATH_FMSUB
+  const V lo = AG_VMATH_FMSUB(ac, ac, hi);  // exact: the square's rounding error
+#else
   const V c = splat(4097.0f) * ac;  // Veltkamp: ac = ah + al, each with 12 significant bits
   const V ah = c - (c - ac), al = ac - ah;
-  const V hi = ac * ac, lo = ((ah * ah - hi) + splat(2.0f) * ah * al) + al * al;
+  const V lo = ((ah * ah - hi) + splat(2.0f) * ah * al) + al * al;  // exact, as the FMA's
+#endif
   const V g = select(far, splat(0.0f), exp_nonpositive(-hi) * (splat(1.0f) - lo));
   if (gauss) *gauss = g;
   const V r = g * p;
