@@ -280,7 +280,10 @@ void Backend::attention_composed(const Tensor& q, const Tensor& k, const Tensor&
   const DType acc = lse.dtype();
   const Device dev = q.device();
   const Tensor lse3 = detail::make_view(lse, {d.N, d.Tq, 1}, {d.Tq, 1, 1}, lse.storage_offset());
-  const Tensor out3 = detail::make_view(out, {d.N, d.Tq, d.Dv}, {d.Tq * d.Dv, d.Dv, 1}, out.storage_offset());
+  // A strided out (Backend::attention) gets the product through a contiguous temporary.
+  const bool direct = out.is_contiguous();
+  const Tensor res = direct ? out : make_tensor(out.sizes(), out.dtype(), out.device());
+  const Tensor out3 = detail::make_view(res, {d.N, d.Tq, d.Dv}, {d.Tq * d.Dv, d.Dv, 1}, res.storage_offset());
   if (d.Tk == 0) {  // no key at all: every row is empty
     fill(out, 0);
     fill(lse, kInf);
@@ -306,6 +309,7 @@ void Backend::attention_composed(const Tensor& q, const Tensor& k, const Tensor&
   unary(UnaryOp::Exp, prob, prob, {});
   if (p.dropout_p > 0) binary(BinaryOp::Mul, prob, composed_dropout(*this, p, d, acc, dev), prob);
   composed_bmm(*this, detail::cast_raw(prob, q.dtype()), batches(v, d.N), out3);
+  if (!direct) copy(res, out);
 }
 
 void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& q, const Tensor& k,

@@ -428,6 +428,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
   const bool drop = p.dropout_p > 0;
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   char* out_base = static_cast<char*>(out.raw_data());
+  const int64_t out_rs = out.stride(-2);  // rows are unit-stride (Backend::attention)
   A* lse_base = static_cast<A*>(lse.raw_data());
   const bool direct = direct_bf16<T>(d, {&q, &k, &v});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
@@ -480,8 +481,13 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
           A* a = acc.data() + r * d.Dv;
           for (int64_t c = 0; c < d.Dv; ++c) a[c] *= inv;
         }
-        store_acc<T>(acc.data(), out_base + (b * d.Tq + i0) * d.Dv * int64_t(sizeof(T)), int64_t(sizeof(T)),
-                     rows * d.Dv);
+        char* o = out_base + (batch_offset(out, b) + i0 * out_rs) * int64_t(sizeof(T));
+        if (out_rs == d.Dv) {
+          store_acc<T>(acc.data(), o, int64_t(sizeof(T)), rows * d.Dv);
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            store_acc<T>(acc.data() + r * d.Dv, o + r * out_rs * int64_t(sizeof(T)), int64_t(sizeof(T)), d.Dv);
+        }
       }
     }
   });

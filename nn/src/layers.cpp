@@ -118,7 +118,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   opts.is_causal = true;
   opts.dropout_p = is_training() ? attn_drop->p : 0.0;
   Tensor y = scaled_dot_product_attention(q, k, v, opts);
-  y = y.transpose(1, 2).reshape({B, T, C});
+  y = y.transpose(1, 2).reshape({B, T, C});  // a view: y is laid out [B, T, H, D]
   return resid_drop->forward(proj->forward(y));
 }
 

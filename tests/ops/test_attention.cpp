@@ -170,6 +170,32 @@ TEST(Attention, ScaleOptionAndGptLayoutViews) {
                             1e-4, 1e-5));
 }
 
+// The output is laid out [batch'..., Tq, H, Dv] so that merging the heads is a view; the
+// kernel writes the same values there as into a contiguous out.
+TEST(Attention, OutputIsLaidOutByPositionThenHead) {
+  manual_seed(3);
+  const int64_t B = 2, H = 3, T = 37, D = 8, Dv = 6;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor q = randf({B, H, T, D}, dt), k = randf({B, H, T, D}, dt), v = randf({B, H, T, Dv}, dt);
+    const Tensor y = sdpa(q, k, v, true);
+    EXPECT_EQ(y.strides(), Shape({T * H * Dv, Dv, H * Dv, 1}));
+    const Tensor merged = y.transpose(1, 2).reshape({B, T, H * Dv});
+    EXPECT_EQ(merged.raw_data(), y.raw_data());  // a view, not a copy
+    AttentionParams p;
+    p.scale = 1 / std::sqrt(double(D));
+    p.causal = true;
+    const Tensor out = empty({B, H, T, Dv}, dt), lse = empty({B, H, T});
+    cpu_backend().attention(q, k, v, Tensor(), p, out, lse);
+    EXPECT_EQ(y.to_vector<double>(), out.to_vector<double>());
+  }
+  // a single batch dim, or one head: contiguous
+  const Tensor q3 = randf({2, 5, 4});
+  EXPECT_TRUE(sdpa(q3, q3, q3).is_contiguous());
+  const Tensor q1 = randf({2, 1, 5, 4});
+  EXPECT_TRUE(sdpa(q1, q1, q1).is_contiguous());
+}
+
 TEST(Attention, GradcheckFloat64) {
   manual_seed(3);
   for (const Problem& pb : std::vector<Problem>{{{2}, 5, 5, 3, 3, MaskKind::Causal},
@@ -399,7 +425,9 @@ TEST(Attention, ComposedFormMatchesTheCpuKernel) {
       TL res[2];
       Backend* bes[2] = {&fused, &composed};
       for (int i = 0; i < 2; ++i) {
-        Tensor out = empty({B, H, Tq, Dv}, dt), lse = empty({B, H, Tq}, acc);
+        // the composed form gets the op's own layout ([B, Tq, H, Dv] memory), a strided out
+        Tensor out = i == 0 ? empty({B, H, Tq, Dv}, dt) : empty({B, Tq, H, Dv}, dt).transpose(1, 2),
+               lse = empty({B, H, Tq}, acc);
         Tensor gq = empty({B, H, Tq, D}, dt), gk = empty({B, H, Tk, D}, dt), gv = empty({B, H, Tk, Dv}, dt);
         bes[i]->attention(q, k, v, m, p, out, lse);
         bes[i]->attention_backward(go, q, k, v, m, out, lse, p, gq, gk, gv);

@@ -362,8 +362,9 @@ class Backend {
   /// v [batch..., Tk, Dv] share one floating dtype and one batch shape, any strides. mask is
   /// undefined or additive (-inf hides a key), in the accumulation dtype (float32; float64
   /// for float64 inputs), broadcast to [batch..., Tq, Tk] (stride-0 dims). out
-  /// [batch..., Tq, Dv] (q's dtype) and lse [batch..., Tq] (accumulation dtype) are
-  /// contiguous; lse receives each row's log-sum-exp of the masked scores, or +inf for a row
+  /// [batch..., Tq, Dv] (q's dtype) has unit-stride, non-overlapping rows and any other
+  /// strides (the op lays it out as [batch'..., Tq, H, Dv]); lse [batch..., Tq]
+  /// (accumulation dtype) is contiguous; lse receives each row's log-sum-exp of the masked scores, or +inf for a row
   /// with no visible key, whose output is 0. Computed in float32 (float64 for float64).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          const AttentionParams& p, const Tensor& out, const Tensor& lse);

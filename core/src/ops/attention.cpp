@@ -9,6 +9,7 @@
 // recomputes the probabilities from them.
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "ampgrad/checked.h"
 #include "ampgrad/dispatch.h"
@@ -48,6 +49,22 @@ Tensor additive_mask(const Tensor& mask, const Shape& scores, DType acc) {
     add = detail::cast_raw(mask, acc);
   }
   return detail::expand_raw(add, scores);
+}
+
+// The output [batch..., H, Tq, Dv] for q [batch..., H, Tq, D], in the memory order
+// [batch..., Tq, H, Dv]: the heads' outputs of one position side by side, which is the
+// order a transformer merges them back in (y.transpose(-3, -2).reshape(..., H * Dv) is
+// then a view, not a copy). PyTorch's CPU flash attention returns the same layout. Below
+// rank 4 (no batch dim besides the heads) or with H = 1 it is plain contiguous.
+Tensor make_output(const Shape& shape, DType dt, Device dev) {
+  const size_t n = shape.size();
+  if (n < 4 || shape[n - 3] <= 1) return make_tensor(shape, dt, dev, kName);
+  Shape mem = shape;
+  std::swap(mem[n - 3], mem[n - 2]);
+  const Tensor base = make_tensor(mem, dt, dev, kName);
+  Shape strides = base.strides();
+  std::swap(strides[n - 3], strides[n - 2]);
+  return detail::make_view(base, shape, strides, 0);
 }
 
 }  // namespace
@@ -108,7 +125,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
   out_shape.push_back(Tq);
   Shape lse_shape = out_shape;
   out_shape.push_back(v.size(-1));
-  Tensor out = make_tensor(out_shape, q.dtype(), q.device(), kName);
+  Tensor out = make_output(out_shape, q.dtype(), q.device());
   Tensor lse = make_tensor(lse_shape, acc, q.device(), kName);
   backend(q.device(), kName).attention(q, k, v, add_mask, p, out, lse);
   if (any_requires_grad({&q, &k, &v}))

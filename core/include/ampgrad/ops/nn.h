@@ -57,6 +57,9 @@ struct AttentionOptions {
 /// softmax(q k^T * scale + mask) v over the last two dims: q [batch..., Tq, D],
 /// k [batch..., Tk, D], v [batch..., Tk, Dv] of one floating dtype and one batch shape
 /// (any number of batch dims, no broadcasting between them), giving [batch..., Tq, Dv].
+/// With two or more batch dims the output is laid out as [batch'..., Tq, H, Dv] in memory
+/// (H the last batch dim, the heads), like PyTorch's CPU flash attention: not contiguous
+/// for H > 1, and y.transpose(-3, -2).reshape(..., H * Dv) merges the heads without a copy.
 /// One op with one backward node, computed in float32 (float64 for float64 inputs). On the
 /// CPU it is one fused kernel each way (kernels/cpu/attention.cpp): tiles of keys with an
 /// online softmax, so no [Tq, Tk] matrix is materialised; it saves q, k, v, the output and
