@@ -68,6 +68,24 @@ void BM_add_ampgrad(benchmark::State& state) {
   }
 }
 
+// The residual add of a transformer under bfloat16 autocast: a float32 stream plus a
+// bfloat16 branch ([8, 256, 384], nanoGPT's). `widened`: as ampgrad runs it (the kernel
+// widens the branch in its loop); else the branch cast to float32 first, the former way.
+void BM_add_widening(benchmark::State& state, bool widened) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor a = ag::randn({8, 256, 384});
+    const ag::Tensor b = ag::randn({8, 256, 384}).to(ag::kBFloat16);
+    for (auto _ : state) {
+      ag::Tensor c = widened ? a + b : a + b.to(ag::kFloat32);
+      benchmark::DoNotOptimize(c.raw_data());
+    }
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // One batch gather per iteration; `shuffled` draws the rows at random, else consecutive.
 void BM_gather_batch(benchmark::State& state, bool shuffled) {
   try {
@@ -312,6 +330,8 @@ BENCHMARK_CAPTURE(BM_dropout, bfloat16, ag::kBFloat16)
     ->Name("dropout/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, shuffled, true)->Name("gather_batch/float32/60000x784/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_gather_batch, consecutive, false)->Name("gather_batch/float32/60000x784/contiguous_rows")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_add_widening, widened, true)->Name("add/float32+bfloat16/8x256x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_add_widening, cast_first, false)->Name("add/float32+bfloat16/8x256x384/cast_first")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK(BM_add_ampgrad)->Name("add/float32/16M/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_add_omp)->Name("add/float32/16M/omp_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_tiny_add_nograd)->Name("tiny_add/grad_off/ampgrad")->UseRealTime()->Unit(benchmark::kNanosecond)->MinTime(0.2);

@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
 
   void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p) override;
   void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) override;
+  bool binary_widens(BinaryOp op) const override;
   void compare(CompareOp op, const Operand& a, const Operand& b, const Tensor& out) override;
   void where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) override;
 

@@ -130,8 +130,50 @@ void CpuBackend::unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryPara
   }
 }
 
+namespace {
+
+// Calls f.template operator()<T>() with T the storage type of a float32, bfloat16 or
+// float16 tensor (binary_widens' operands).
+template <class F>
+void with_float_storage(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case kFloat32: return f.template operator()<float>();
+    case kBFloat16: return f.template operator()<BFloat16>();
+    case kFloat16: return f.template operator()<Half>();
+    default: AG_ERROR(op, "internal: a widened operand must be float32, bfloat16 or float16, got ", dtype_name(dt));
+  }
+}
+
+// out (float32) = f(a, b) for tensor operands of float32 or 16-bit storage, each widened
+// in chunks on the way in (map_loop), as cast_raw would widen it.
+template <class F>
+void widening_binary(const Tensor& a, const Tensor& b, const Tensor& out, const char* op, const F f) {
+  with_float_storage(a.dtype(), op, [&]<class X>() {
+    with_float_storage(b.dtype(), op, [&]<class Y>() { map_loop<float, float, X, Y>(f, out, {&a, &b}); });
+  });
+}
+
+}  // namespace
+
+// The ops whose float32 kernel is the functor alone (no vector math path), so widening in
+// the loop gives exactly the cast-then-op result.
+bool CpuBackend::binary_widens(BinaryOp op) const {
+  return op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul || op == BinaryOp::Div;
+}
+
 void CpuBackend::binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) {
   tensor_operand(a, b, op_name(op));
+  if (out.dtype() == kFloat32 && !a.is_scalar() && !b.is_scalar() &&
+      (a.tensor().dtype() != kFloat32 || b.tensor().dtype() != kFloat32)) {
+    AG_CHECK(binary_widens(op), op_name(op), "internal: operands of ", dtype_name(a.tensor().dtype()), " and ",
+             dtype_name(b.tensor().dtype()), " for a float32 result");
+    switch (op) {
+      case BinaryOp::Add: return widening_binary(a.tensor(), b.tensor(), out, "add", BinaryFn<BinaryOp::Add>{});
+      case BinaryOp::Sub: return widening_binary(a.tensor(), b.tensor(), out, "sub", BinaryFn<BinaryOp::Sub>{});
+      case BinaryOp::Mul: return widening_binary(a.tensor(), b.tensor(), out, "mul", BinaryFn<BinaryOp::Mul>{});
+      default: return widening_binary(a.tensor(), b.tensor(), out, "div", BinaryFn<BinaryOp::Div>{});
+    }
+  }
   if (!a.is_scalar() && !b.is_scalar() && try_vmath<2>(vmath::binary_fn(op), 0.0f, out, {&a.tensor(), &b.tensor()}))
     return;
   switch (op) {

@@ -84,16 +84,29 @@ inline void map_run(const F& f, char** p, const int64_t* s, int64_t n, std::inde
   constexpr int K = int(sizeof...(Ins));
   if constexpr (std::is_same_v<C, float> && (is_float16_v<Ins> || ...)) {
     // 16-bit floats: widen a chunk of each input in bulk, compute, narrow once on store.
+    // An input already in C and unit-stride (the float32 side of a widening binary) is read
+    // where it is.
     C buf[K][kChunk];
     for (int64_t i = 0; i < n; i += kChunk) {
       const int64_t m = std::min(kChunk, n - i);
-      (load_acc<Ins, C>(p[I + 1] + i * s[I + 1], s[I + 1], buf[I], m), ...);
+      const C* src[K];
+      ((src[I] = [&]() -> const C* {
+         const char* at = p[I + 1] + i * s[I + 1];
+         if constexpr (std::is_same_v<Ins, C>)
+           if (s[I + 1] == int64_t(sizeof(C))) return reinterpret_cast<const C*>(at);
+         load_acc<Ins, C>(at, s[I + 1], buf[I], m);
+         return buf[I];
+       }()),
+       ...);
       if constexpr (is_float16_v<O>) {
-        for (int64_t j = 0; j < m; ++j) buf[0][j] = f(buf[I][j]...);
+        for (int64_t j = 0; j < m; ++j) buf[0][j] = f(src[I][j]...);
         store_acc<O, C>(buf[0], p[0] + i * s[0], s[0], m);
+      } else if (s[0] == int64_t(sizeof(O))) {  // contiguous: a loop the compiler vectorises
+        O* o = reinterpret_cast<O*>(p[0]) + i;
+        for (int64_t j = 0; j < m; ++j) o[j] = O(f(src[I][j]...));
       } else {
         char* o = p[0] + i * s[0];
-        for (int64_t j = 0; j < m; ++j) *reinterpret_cast<O*>(o + j * s[0]) = O(f(buf[I][j]...));
+        for (int64_t j = 0; j < m; ++j) *reinterpret_cast<O*>(o + j * s[0]) = O(f(src[I][j]...));
       }
     }
   } else {

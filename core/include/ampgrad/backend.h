@@ -163,6 +163,11 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual DeviceType device_type() const = 0;
+  /// Whether binary(op, ...) also takes float16 and bfloat16 tensor operands for a float32
+  /// out, widening each element as a cast would, so the result is the cast-then-op result
+  /// bit for bit without the cast's pass over memory (a float32 residual plus a 16-bit
+  /// branch under autocast). false here: the op casts the operands first.
+  virtual bool binary_widens(BinaryOp op) const { return false; }
 
   // ---- memory ------------------------------------------------------------------------
   // Memory is stream-ordered: a block is allocated for use on a stream and freed on it.
@@ -232,7 +237,8 @@ class Backend {
 
   // ---- elementwise (out may be a strided view for in-place ops) -----------------------
   virtual void unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams p);
-  /// out = op(a, b) in out's dtype; at least one of a and b is a tensor.
+  /// out = op(a, b) in out's dtype; at least one of a and b is a tensor. Tensor operands
+  /// have out's dtype, except where binary_widens(op) says otherwise.
   virtual void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out);
   /// out is bool; a and b share a dtype (a scalar takes the tensor operand's); at least one
   /// of them is a tensor.

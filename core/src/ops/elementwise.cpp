@@ -162,9 +162,20 @@ Tensor binary_forward(BinaryOp op, const Tensor& a, const Tensor& b, const char*
   Shape broadcast;
   const Shape& shape = a.sizes() == b.sizes() ? a.sizes() : (broadcast = broadcast_shapes(a.sizes(), b.sizes(), name));
   Tensor out = make_tensor(shape, dt, device);
+  Backend& be = backend(device, name);
+  // A 16-bit operand of a float32 result goes in as it is where the backend widens it in
+  // the loop (Backend::binary_widens): no cast pass over memory.
+  const bool widen = dt == kFloat32 && (is_reduced_floating(a.dtype()) || is_reduced_floating(b.dtype())) &&
+                     be.binary_widens(op);
   Tensor ha, hb;
-  backend(device, name).binary(op, operand_on(a, device, dt, shape, ha),
-                               operand_on(b, device, dt, shape, hb), out);
+  const auto operand = [&](const Tensor& t, Tensor& hold) {
+    if (widen && t.device() == device && (t.dtype() == kFloat32 || is_reduced_floating(t.dtype()))) {
+      hold = expand_raw(t, shape);
+      return Operand(hold);
+    }
+    return operand_on(t, device, dt, shape, hold);
+  };
+  be.binary(op, operand(a, ha), operand(b, hb), out);
   return out;
 }
 
