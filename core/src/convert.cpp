@@ -227,9 +227,13 @@ void convert_rows(const BFloat16* src, size_t src_ld, float* dst, size_t rows, s
 }
 
 bool vectorized_convert_available(bool bfloat16) {
-  if (!bfloat16) return detail::half_vector_isa() != detail::HalfIsa::None;
-  const auto& f = hw::cpu_features();
-  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+  // Asked on every conversion call (per chunk of a 16-bit loop): decided once.
+  static const bool half = detail::half_vector_isa() != detail::HalfIsa::None;
+  static const bool bf16 = [] {
+    const auto& f = hw::cpu_features();
+    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+  }();
+  return bfloat16 ? bf16 : half;
 }
 
 namespace detail {
@@ -245,9 +249,12 @@ bool half_isa_available(HalfIsa isa) {
 }
 
 HalfIsa half_vector_isa() {
-  if (half_isa_available(HalfIsa::Avx512)) return HalfIsa::Avx512;
-  if (half_isa_available(HalfIsa::F16C256)) return HalfIsa::F16C256;
-  return HalfIsa::None;
+  static const HalfIsa best = [] {
+    if (half_isa_available(HalfIsa::Avx512)) return HalfIsa::Avx512;
+    if (half_isa_available(HalfIsa::F16C256)) return HalfIsa::F16C256;
+    return HalfIsa::None;
+  }();
+  return best;
 }
 
 void convert_half_isa(const float* src, Half* dst, size_t n, HalfIsa isa) { run_half_isa(src, dst, n, isa); }

@@ -16,6 +16,7 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/vec.h"
+#include "internal.h"
 
 namespace ampgrad::cpu {
 namespace {
@@ -229,10 +230,39 @@ void CpuBackend::fill(const Tensor& dst, double value) {
 
 // ---- the gradient of linear_act: one GEMM, then one fused pass and the bias sum ---------------
 
+// For GELU the CPU keeps act'(h) instead of h (Backend::linear_act lets a backend choose):
+// the forward's pass computes the slope next to the value from one erfc, and the backward
+// is then the product alone, scaled by the slope in its epilogue, with no pass of GELU's
+// gradient over [M, N]. ReLU keeps nothing and reads out, as composed.
+Tensor CpuBackend::linear_act_with_slope(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                                         const Tensor& out) {
+  Tensor slope = make_tensor(out.sizes(), out.dtype(), out.device());
+  linear(x, weight, bias, slope);        // h
+  activation_with_slope(act, slope, out);  // out = act(h), slope = act'(h)
+  return slope;
+}
+
 void CpuBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out,
                                      const Tensor& saved, Activation act, const Tensor& grad_pre,
                                      const Tensor& grad_bias) {
-  linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
+  if (activation_grad_reads_output(act))
+    return linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
+  AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act),
+           " needs the slope the forward kept, which was not kept");
+  const int64_t M = grad_pre.size(0), N = grad_pre.size(1);
+  if (next_weight.defined()) {
+    const int64_t N2 = g.size(1);
+    matmul_times(detail::make_view(g, {1, M, N2}, {0, g.stride(0), g.stride(1)}, g.storage_offset()),
+                 detail::make_view(next_weight, {1, N2, N}, {0, next_weight.stride(0), next_weight.stride(1)},
+                                   next_weight.storage_offset()),
+                 detail::make_view(saved, {1, M, N}, {M * N, N, 1}, saved.storage_offset()),
+                 detail::make_view(grad_pre, {1, M, N}, {M * N, N, 1}, grad_pre.storage_offset()));
+  } else {
+    binary(BinaryOp::Mul, g, saved, grad_pre);
+  }
+  if (grad_bias.defined())
+    reduce(ReduceOp::Sum, grad_pre, Shape{0}, detail::make_view(grad_bias, {1, N}, {N, 1}, grad_bias.storage_offset()),
+           {});
 }
 
 // ---- events: the steady clock at record time ---------------------------------------------

@@ -110,6 +110,19 @@ class CpuBackend final : public Backend {
   void sum_of_squares(const TensorList& xs, const Tensor& out) override;
   void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                     const ScaleUpdateRule& rule) override;
+
+ private:
+  // out = act(pre) and pre = act'(pre) in one pass (elementwise.cpp): what linear_act keeps
+  // for GELU here, so that its backward is one product scaled by the slope.
+  void activation_with_slope(Activation act, const Tensor& pre, const Tensor& out);
+  // linear_act's kept result for an activation whose gradient reads its input (GELU):
+  // out = act(h) and the returned act'(h), h = x @ weight^T + bias (cpu_backend.cpp).
+  Tensor linear_act_with_slope(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                               const Tensor& out);
+  // out = (a @ w) * mul elementwise, for matmul's [B, M, K] @ [B, K, N] operands and a
+  // contiguous mul shaped and typed like out: oneDNN multiplies in the product's epilogue
+  // (a binary post-op); elsewhere a second pass does.
+  void matmul_times(const Tensor& a, const Tensor& w, const Tensor& mul, const Tensor& out);
 };
 
 }  // namespace ampgrad::cpu

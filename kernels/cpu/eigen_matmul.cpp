@@ -15,7 +15,12 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
 }
 Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                               const Tensor& out, bool keep) {
+  if (keep && !activation_grad_reads_output(act)) return linear_act_with_slope(x, weight, bias, act, out);
   return linear_act_composed(x, weight, bias, act, out, keep);
+}
+void CpuBackend::matmul_times(const Tensor& a, const Tensor& w, const Tensor& mul, const Tensor& out) {
+  eigen_matmul(a, w, out);
+  binary(BinaryOp::Mul, out, mul, out);
 }
 void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

@@ -155,6 +155,42 @@ void widening_binary(const Tensor& a, const Tensor& b, const Tensor& out, const 
 
 }  // namespace
 
+void CpuBackend::activation_with_slope(Activation act, const Tensor& pre, const Tensor& out) {
+  const vmath::Fn fn = vmath::unary_fn(activation_op(act), {});
+  const DType dt = pre.dtype();
+  const bool vec = fn != vmath::Fn::None && vmath::active_isa() != vmath::Isa::None &&
+                   (dt == kFloat32 || dt == kBFloat16 || dt == kFloat16) && pre.is_contiguous() &&
+                   out.is_contiguous() && out.dtype() == dt;
+  if (!vec) {  // the same two results from the elementwise entries: act, and act' for a gradient of 1
+    unary(activation_op(act), pre, out, {});
+    binary(activation_backward_op(act), Operand::scalar(1.0), pre, pre);
+    return;
+  }
+  char* const x = static_cast<char*>(pre.raw_data());
+  char* const y = static_cast<char*>(out.raw_data());
+  const auto run = [&]<class T>() {
+    constexpr int64_t sz = int64_t(sizeof(T));
+    parallel_for(0, pre.numel(), kMathGrain, [&](int64_t b, int64_t e) {
+      if constexpr (std::is_same_v<T, float>) {
+        float* xf = reinterpret_cast<float*>(x);
+        vmath::with_derivative(fn, xf + b, reinterpret_cast<float*>(y) + b, xf + b, e - b);
+      } else {
+        float bx[kChunk], by[kChunk];
+        for (int64_t i = b; i < e; i += kChunk) {
+          const int64_t m = std::min(kChunk, e - i);
+          load_acc<T, float>(x + i * sz, sz, bx, m);
+          vmath::with_derivative(fn, bx, by, bx, m);
+          store_acc<T, float>(by, y + i * sz, sz, m);
+          store_acc<T, float>(bx, x + i * sz, sz, m);
+        }
+      }
+    });
+  };
+  if (dt == kFloat32) run.operator()<float>();
+  else if (dt == kBFloat16) run.operator()<BFloat16>();
+  else run.operator()<Half>();
+}
+
 // The ops whose float32 kernel is the functor alone (no vector math path), so widening in
 // the loop gives exactly the cast-then-op result.
 bool CpuBackend::binary_widens(BinaryOp op) const {

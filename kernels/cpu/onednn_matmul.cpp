@@ -48,8 +48,9 @@ dnnl::algorithm post_op_algorithm(Activation act) {
 }
 
 // t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands);
-// act: an activation applied as a post-op (None: none).
-std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, Activation act) {
+// act: an activation applied as a post-op (None: none); mul: the result multiplied by a
+// tensor of its own shape and type (a binary post-op, after act).
+std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, Activation act, bool mul = false) {
   const bool batched = g.B > 1;
   const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
   const memory::desc w = operand_md(batched, g.B, g.K, g.N, g.w, t);
@@ -60,16 +61,16 @@ std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, A
   try {
     const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a, w, b, d) : dnnl::matmul::desc(a, w, d);
     dnnl::primitive_attr attr;
-    if (act != Activation::None) {
-      dnnl::post_ops po;
-      po.append_eltwise(1.f, post_op_algorithm(act), 0.f, 0.f);
-      attr.set_post_ops(po);
-    }
+    dnnl::post_ops po;
+    if (act != Activation::None) po.append_eltwise(1.f, post_op_algorithm(act), 0.f, 0.f);
+    if (mul) po.append_binary(dnnl::algorithm::binary_mul, d);
+    if (act != Activation::None || mul) attr.set_post_ops(po);
     const dnnl::matmul::primitive_desc pd(desc, attr, engine());
     if (is_reference(pd)) return std::make_shared<Prim>();
     std::vector<std::pair<int, memory::desc>> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, w}};
     if (bias) args.push_back({DNNL_ARG_BIAS, b});
     args.push_back({DNNL_ARG_DST, d});
+    if (mul) args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(act != Activation::None ? 1 : 0) | DNNL_ARG_SRC_1, d});
     return std::make_shared<Prim>(dnnl::matmul(pd), args);
   } catch (const dnnl::error& e) {
     if (e.status == dnnl_unimplemented) return std::make_shared<Prim>();
@@ -78,7 +79,7 @@ std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, A
 }
 
 void run(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tensor& out, const char* op,
-         Activation act = Activation::None);
+         Activation act = Activation::None, const Tensor* mul = nullptr);
 
 // The same product on float32 copies, rounded once into out (written directly when float32).
 void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Tensor& out, const char* op,
@@ -100,9 +101,16 @@ void eigen_with(const Tensor& a, const Tensor& w, const Tensor& bias, const Tens
   if (act != Activation::None) cpu_backend().unary(activation_op(act), out, out, {});
 }
 
-// out [B, M, N] = act(a [B, M, K] @ w [B, K, N] (+ bias [N])).
-void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op, Activation act) {
+// out [B, M, N] = act(a [B, M, K] @ w [B, K, N] (+ bias [N])), times *mul (contiguous, out's
+// shape and dtype) when given.
+void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& out, const char* op, Activation act,
+         const Tensor* mul) {
   if (out.numel() == 0) return;
+  if (mul && (a0.dtype() == kFloat64 || a0.size(-1) == 0)) {
+    // paths without the post-op: the product, then the multiplication
+    run(a0, w0, bias0, out, op, act, nullptr);
+    return cpu_backend().binary(BinaryOp::Mul, out, *mul, out);
+  }
   const DType dtype = a0.dtype();
   if (dtype == kFloat64) return eigen_with(a0, w0, bias0, out, act);
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
@@ -116,9 +124,9 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
   }
   Key key;
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
-      << g.w.rs << g.w.cs << bias.defined() << int64_t(act);
+      << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr);
   std::shared_ptr<Prim> prim =
-      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act); }); },
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act, mul != nullptr); }); },
               [&] {
                 return std::string(dtype_name(dtype)) + " [" + std::to_string(g.B) + ", " + std::to_string(g.M) + ", " +
                        std::to_string(g.K) + "] @ [" + std::to_string(g.B) + ", " + std::to_string(g.K) + ", " +
@@ -126,11 +134,19 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
                        (act != Activation::None ? std::string(" and ") + activation_name(act) : "");
               });
   if (!prim->ok()) {
+    if (mul) {
+      run(a, w, bias, out, op, act, nullptr);
+      return cpu_backend().binary(BinaryOp::Mul, out, *mul, out);
+    }
     if (is_reduced_floating(dtype)) return run_in_float(a, w, bias, out, op, act);
     return eigen_with(a, w, bias, out, act);  // float32 that oneDNN only has a reference kernel for
   }
-  if (bias.defined())
+  if (bias.defined() && mul)
+    prim->execute({a.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data(), mul->raw_data()}, op);
+  else if (bias.defined())
     prim->execute({a.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data()}, op);
+  else if (mul)
+    prim->execute({a.raw_data(), w.raw_data(), out.raw_data(), mul->raw_data()}, op);
   else
     prim->execute({a.raw_data(), w.raw_data(), out.raw_data()}, op);
 }
@@ -144,9 +160,13 @@ void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bia
   run(v.a, v.w, bias, v.out, "linear");
 }
 
+void CpuBackend::matmul_times(const Tensor& a, const Tensor& w, const Tensor& mul, const Tensor& out) {
+  run(a, w, Tensor(), out, "matmul", Activation::None, &mul);
+}
+
 Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                               const Tensor& out, bool keep) {
-  if (keep && !activation_grad_reads_output(act)) return linear_act_composed(x, weight, bias, act, out, keep);
+  if (keep && !activation_grad_reads_output(act)) return linear_act_with_slope(x, weight, bias, act, out);
   const LinearAsMatmul v(x, weight, out);
   run(v.a, v.w, bias, v.out, "linear", act);
   return Tensor();

@@ -13,6 +13,7 @@
   namespace ampgrad::cpu::vmath::NS {                                               \
   void unary(Fn fn, const float* x, float* y, int64_t n, float param);              \
   void binary(Fn fn, const float* a, const float* b, float* y, int64_t n);          \
+  void with_derivative(Fn fn, const float* x, float* y, float* d, int64_t n);       \
   }
 #if AMPGRAD_WITH_SLEEF
 AG_VMATH_DECLARE(sse2)
@@ -123,6 +124,19 @@ void binary(Fn fn, const float* a, const float* b, float* y, int64_t n, Isa isa)
     case Isa::Avx512: return avx512::binary(fn, a, b, y, n);
     case Isa::Avx2: return avx2::binary(fn, a, b, y, n);
     default: return sse2::binary(fn, a, b, y, n);
+  }
+#endif
+}
+
+void with_derivative(Fn fn, const float* x, float* y, float* d, int64_t n, Isa isa) {
+  AG_CHECK(fn == Fn::GeluErf || fn == Fn::GeluTanh || fn == Fn::Silu, "vmath",
+           "with_derivative called with a function other than GELU or SiLU");
+  AG_CHECK(supported(isa) && isa != Isa::None, "vmath", "no vector kernels for ", isa_name(isa));
+#if AMPGRAD_WITH_SLEEF
+  switch (isa) {
+    case Isa::Avx512: return avx512::with_derivative(fn, x, y, d, n);
+    case Isa::Avx2: return avx2::with_derivative(fn, x, y, d, n);
+    default: return sse2::with_derivative(fn, x, y, d, n);
   }
 #endif
 }

@@ -48,5 +48,9 @@ Fn binary_fn(BinaryOp op);
 void unary(Fn fn, const float* x, float* y, int64_t n, float param = 0.0f, Isa isa = active_isa());
 /// y[i] = fn(a[i], b[i]) for n contiguous floats (y may be a or b). fn must be a binary Fn.
 void binary(Fn fn, const float* a, const float* b, float* y, int64_t n, Isa isa = active_isa());
+/// y[i] = fn(x[i]) and d[i] = fn'(x[i]) in one pass, fn GeluErf, GeluTanh or Silu (d may
+/// be x): y bit for bit as unary computes it, d as the gradient function computes it for an
+/// incoming gradient of 1. What a linear with GELU keeps for its backward on the CPU.
+void with_derivative(Fn fn, const float* x, float* y, float* d, int64_t n, Isa isa = active_isa());
 
 }  // namespace ampgrad::cpu::vmath

@@ -168,6 +168,34 @@ TEST_P(Vmath, PowOfTwoTensorsWithinOneUlp) {
   EXPECT_TRUE(within(w, 1));
 }
 
+// with_derivative, what a linear with GELU keeps on the CPU: the value bit for bit as unary
+// computes it and the slope as the gradient function computes it for a gradient of 1, so
+// the accuracy stated for those holds; the slope may overwrite the input.
+TEST_P(Vmath, ValueWithDerivativeIsUnaryAndGradientBitForBit) {
+  const std::vector<float> xs = sweep();
+  const int64_t n = int64_t(xs.size());
+  const std::vector<float> ones(xs.size(), 1.0f);
+  const std::pair<vm::Fn, vm::Fn> fns[] = {{vm::Fn::GeluErf, vm::Fn::GeluErfBackward},
+                                           {vm::Fn::GeluTanh, vm::Fn::GeluTanhBackward},
+                                           {vm::Fn::Silu, vm::Fn::SiluBackward}};
+  for (const auto& [fn, grad] : fns) {
+    std::vector<float> y(xs.size()), d = xs, want_y(xs.size()), want_d(xs.size());
+    vm::with_derivative(fn, d.data(), y.data(), d.data(), n, GetParam());  // in place, as linear_act runs it
+    vm::unary(fn, xs.data(), want_y.data(), n, 0.0f, GetParam());
+    vm::binary(grad, ones.data(), xs.data(), want_d.data(), n, GetParam());
+    const auto same = [](float a, float b) {  // the same bits, or both NaN (payloads may differ)
+      return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) || (std::isnan(a) && std::isnan(b));
+    };
+    size_t bad_y = 0, bad_d = 0;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      bad_y += !same(y[i], want_y[i]);
+      bad_d += !same(d[i], want_d[i]);
+    }
+    EXPECT_EQ(bad_y, 0u) << "fn " << int(fn) << ": values that differ from unary's";
+    EXPECT_EQ(bad_d, 0u) << "fn " << int(fn) << ": slopes that differ from the gradient's";
+  }
+}
+
 // The ops reach the kernels: float32, bfloat16 and float16 tensors, contiguous and strided,
 // against the functor on the same (rounded) inputs.
 TEST(VmathOps, ElementwiseOpsUseTheVectorKernelsForEveryFloatLayout) {

@@ -281,10 +281,12 @@ class Backend {
   /// out = x @ weight^T + bias: x [M, K], weight [N, K], bias [N] or undefined, out [M, N].
   virtual void linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out);
   /// out = act(x @ weight^T + bias), shapes as in linear; act is not None. When `keep`, the
-  /// result is what linear_act_backward needs besides out: the pre-activation for GELU (out's
-  /// shape and dtype) on every backend; for ReLU nothing on the CPU and, on CUDA, the bit
-  /// mask of cuBLASLt's RELU_AUX epilogue where the product ran with it. Undefined when
-  /// nothing is needed or `keep` is false.
+  /// result is what linear_act_backward needs besides out, in the backend's own form: for
+  /// GELU (out's shape and dtype) the pre-activation on CUDA and in the composed form, the
+  /// slope act'(h) on the CPU (computed with the value, so its backward is one product
+  /// scaled in the epilogue); for ReLU nothing on the CPU and, on CUDA, the bit mask of
+  /// cuBLASLt's RELU_AUX epilogue where the product ran with it. Undefined when nothing is
+  /// needed or `keep` is false.
   virtual Tensor linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                             const Tensor& out, bool keep);
   /// The gradient of the pre-activation h of a linear_act (out = act(h), saved = its result):
@@ -370,8 +372,9 @@ class Backend {
   /// for float64 inputs), broadcast to [batch..., Tq, Tk] (stride-0 dims). out
   /// [batch..., Tq, Dv] (q's dtype) has unit-stride, non-overlapping rows and any other
   /// strides (the op lays it out as [batch'..., Tq, H, Dv]); lse [batch..., Tq]
-  /// (accumulation dtype) is contiguous; lse receives each row's log-sum-exp of the masked scores, or +inf for a row
-  /// with no visible key, whose output is 0. Computed in float32 (float64 for float64).
+  /// (accumulation dtype) is contiguous and receives each row's log-sum-exp of the masked
+  /// scores, or +inf for a row with no visible key, whose output is 0. Computed in float32
+  /// (float64 for float64).
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                          const AttentionParams& p, const Tensor& out, const Tensor& lse);
   /// The gradients of attention from its saved out and lse (the probabilities are
@@ -406,9 +409,9 @@ class Backend {
 
  protected:
   // The two linear_act entries composed from this backend's own linear, matmul, unary, binary
-  // and reduce: what a backend runs where it has no fused form (the CPU for GELU with the
-  // pre-activation kept, CUDA where cuBLASLt offers no algorithm with the epilogue). The
-  // composed linear_act keeps the pre-activation for GELU and nothing for ReLU.
+  // and reduce: what a backend runs where it has no fused form (the CPU for ReLU's gradient,
+  // CUDA where cuBLASLt offers no algorithm with the epilogue). The composed linear_act
+  // keeps the pre-activation for GELU and nothing for ReLU.
   Tensor linear_act_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                              const Tensor& out, bool keep);
   void linear_act_backward_composed(const Tensor& g, const Tensor& next_weight, const Tensor& out,

@@ -206,6 +206,26 @@ void map2(const float* a, const float* b, float* y, int64_t n, F f) {
   }
 }
 
+// y = f(x, &d) over n floats, f also giving a second result d, in one pass (d may be x:
+// each register of x is read before its lanes of d are written).
+template <class F>
+void map1_twice(const float* x, float* y, float* d, int64_t n, F f) {
+  int64_t i = 0;
+  V second;
+  for (; i + W <= n; i += W) {
+    store(y + i, f(load(x + i), &second));
+    store(d + i, second);
+  }
+  if (i < n) {
+    float bx[W] = {}, by[W], bd[W];
+    std::memcpy(bx, x + i, size_t(n - i) * sizeof(float));
+    store(by, f(load(bx), &second));
+    store(bd, second);
+    std::memcpy(y + i, by, size_t(n - i) * sizeof(float));
+    std::memcpy(d + i, bd, size_t(n - i) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 void unary(Fn fn, const float* x, float* y, int64_t n, float param) {
@@ -222,6 +242,31 @@ void unary(Fn fn, const float* x, float* y, int64_t n, float param) {
       const V e = splat(param);
       return map1(x, y, n, [e](V v) { return pow(v, e); });
     }
+    default: return;
+  }
+}
+
+void with_derivative(Fn fn, const float* x, float* y, float* d, int64_t n) {
+  switch (fn) {
+    // One erfc for both: the value as gelu_erf computes it, the derivative as
+    // gelu_erf_backward does for an incoming gradient of 1.
+    case Fn::GeluErf:
+      return map1_twice(x, y, d, n, [](V v, V* dv) {
+        V gauss;
+        const V c = erfc(v * splat(-kSqrtHalf), &gauss);
+        *dv = splat(0.5f) * c + v * (gauss * splat(kInvSqrt2Pi));
+        return splat(0.5f) * v * c;
+      });
+    case Fn::GeluTanh:
+      return map1_twice(x, y, d, n, [](V v, V* dv) {
+        *dv = gelu_tanh_backward(splat(1.0f), v);
+        return gelu_tanh(v);
+      });
+    case Fn::Silu:
+      return map1_twice(x, y, d, n, [](V v, V* dv) {
+        *dv = silu_backward(splat(1.0f), v);
+        return silu(v);
+      });
     default: return;
   }
 }
