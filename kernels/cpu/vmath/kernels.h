@@ -145,11 +145,17 @@ inline V silu(V x) { return x * sigmoid(x); }
 // The density e^(-x^2 / 2) / sqrt(2 pi) is erfc's own e^(-z^2), z = -x / sqrt2 (z^2 split
 // exactly, so no less accurate than exp(-0.5 x x)); 0 past |x| = 14.1, where it is below
 // float's smallest value.
+// GELU's slope cdf + x pdf from erfc's c = erfc(-x / sqrt2) and gauss = e^(-x^2 / 2): the
+// one form the gradient and with_derivative share, so both round alike on every compiler.
+inline V gelu_erf_slope(V x, V c, V gauss) {
+  const V cdf = splat(0.5f) * c;
+  const V pdf = gauss * splat(kInvSqrt2Pi);
+  return cdf + x * pdf;
+}
 inline V gelu_erf_backward(V g, V x) {
   V gauss;
-  const V cdf = splat(0.5f) * erfc(x * splat(-kSqrtHalf), &gauss);
-  const V pdf = gauss * splat(kInvSqrt2Pi);
-  return g * (cdf + x * pdf);
+  const V c = erfc(x * splat(-kSqrtHalf), &gauss);
+  return g * gelu_erf_slope(x, c, gauss);
 }
 // With e = e^-2|u| and r = 1 / (1 + e): 1 + tanh(u) = 2 sigmoid(2u) and 1 - tanh(u)^2 =
 // 4 e r^2, neither of which cancels as t -> +-1. Past |x| = 20 the derivative is 1 or 0 in
@@ -254,7 +260,7 @@ void with_derivative(Fn fn, const float* x, float* y, float* d, int64_t n) {
       return map1_twice(x, y, d, n, [](V v, V* dv) {
         V gauss;
         const V c = erfc(v * splat(-kSqrtHalf), &gauss);
-        *dv = splat(0.5f) * c + v * (gauss * splat(kInvSqrt2Pi));
+        *dv = gelu_erf_slope(v, c, gauss);
         return splat(0.5f) * v * c;
       });
     case Fn::GeluTanh:
