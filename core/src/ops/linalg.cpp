@@ -205,8 +205,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const Tensor x2 = as_rows(x);
   Tensor out = make_tensor({x2.size(0), weight.size(0)}, x.dtype(), x.device());
   const bool grad = any_requires_grad({&x2, &weight, &bias});
-  // aux: the pre-activation (GELU) or a backend's ReLU mask; internal, so kept by value.
-  // The single product's gradient reads out itself for ReLU, so only GELU keeps its input.
+  // aux: what the backend keeps for GELU (the pre-activation, or on the CPU its slope) or a
+  // backend's ReLU mask; internal, so kept by value. The single product's gradient reads
+  // out itself for ReLU, so only GELU keeps something here.
   const Tensor aux =
       backend(x.device(), "linear").linear_act(x2, weight, bias, act, out, grad && !activation_grad_reads_output(act));
   if (grad)

@@ -15,9 +15,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 /// x @ weight^T + bias; weight [out, in], bias [out] or undefined.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 /// act(x @ weight^T + bias) as one op: the activation runs in the product's epilogue where
-/// the backend has one (oneDNN post-ops, cuBLASLt epilogues), and the backward reads the
-/// output (ReLU) or the pre-activation (GELU) that the forward kept. Autocast treats it as
-/// linear. Activation::None is plain linear.
+/// the backend has one (oneDNN post-ops, cuBLASLt epilogues), and the backward reads what
+/// the forward kept: the output (ReLU), or for GELU the pre-activation (CUDA) or its slope
+/// (the CPU). Autocast treats it as linear. Activation::None is plain linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act);
 /// linear(act(linear(x, w1, b1)), w2, b2) as one op, the transformer's feed-forward block
 /// (w1 [hidden, in], w2 [out, hidden]). Its backward computes act'(pre) * (g @ w2) as one
