@@ -215,7 +215,7 @@ template <class T>
 }
 
 // What the backward reads and writes: rows of the output gradient and x, the saved mean and
-// rstd, the widened weight (or null); grad_in's rows (or null).
+// rstd, the widened weight (all ones without one); grad_in's rows (or null).
 template <class T>
 struct LnBackward {
   using A = acc_type_t<T>;
@@ -228,8 +228,9 @@ struct LnBackward {
   int64_t inner;
 };
 
-// A task's buffers: one row of the gradient and of x hat, and the running column sums of
-// g * x hat and g (null when not wanted) over up to kBlockRows rows.
+// A task's buffers: one row of the gradient and of x (used only for 16-bit rows, which are
+// widened into them), and the running column sums of g * x hat and g over up to
+// kBlockRows rows (never null: a caller that does not want one passes a scratch row).
 template <class A>
 struct LnScratch {
   A* g;
@@ -238,7 +239,11 @@ struct LnScratch {
   A* bb;
 };
 
-// Rows r0..r1 of one chunk, whose partial weight and bias gradients are tw and tb.
+// Rows r0..r1 of one chunk, whose partial weight and bias gradients are tw and tb (null
+// when not wanted). w is the widened weight, all ones when the norm has none. Two passes
+// over each row, both in L1: the first accumulates the column sums and the row's two
+// means, the second writes dx from g and x again, so no row-sized temporary is written
+// (eight separate passes cost 2.5x the memory traffic's time).
 template <class T>
 [[gnu::always_inline]] inline void ln_backward_rows(const LnBackward<T>& a, int64_t r0, int64_t r1,
                                                     acc_type_t<T>* tw, acc_type_t<T>* tb,
@@ -246,39 +251,51 @@ template <class T>
   using A = acc_type_t<T>;
   constexpr int64_t kBlockRows = 128;  // rows summed plainly before joining the chunk total
   const int64_t n = a.inner, sz = int64_t(sizeof(T));
-  A* g = s.g;
-  A* xh = s.xh;
+  const A* w = a.w;
+  A* bw = s.bw;
+  A* bb = s.bb;
   for (int64_t r = r0; r < r1; ++r) {
-    load_acc<T>(a.g + r * n * sz, sz, g, n);
-    const A* xr = reinterpret_cast<const A*>(a.x + r * n * sz);
-    if constexpr (!std::is_same_v<T, A>) {
-      load_acc<T>(a.x + r * n * sz, sz, xh, n);
-      xr = xh;
+    const A* g = s.g;
+    const A* x = s.xh;
+    if constexpr (std::is_same_v<T, A>) {
+      g = reinterpret_cast<const A*>(a.g + r * n * sz);
+      x = reinterpret_cast<const A*>(a.x + r * n * sz);
+    } else {
+      load_acc<T>(a.g + r * n * sz, sz, s.g, n);
+      load_acc<T>(a.x + r * n * sz, sz, s.xh, n);
     }
     const A mu = a.mean[r], rs = a.rstd[r];
-    for (int64_t i = 0; i < n; ++i) xh[i] = (xr[i] - mu) * rs;  // x hat
-    if (s.bw)
-      for (int64_t i = 0; i < n; ++i) s.bw[i] += g[i] * xh[i];
-    if (s.bb)
-      for (int64_t i = 0; i < n; ++i) s.bb[i] += g[i];
-    if ((r - r0) % kBlockRows == kBlockRows - 1 || r == r1 - 1) {
-      if (s.bw)
-        for (int64_t i = 0; i < n; ++i) tw[i] += s.bw[i], s.bw[i] = 0;
-      if (s.bb)
-        for (int64_t i = 0; i < n; ++i) tb[i] += s.bb[i], s.bb[i] = 0;
-    }
-    if (!a.gi) continue;
-    // dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)), wg = weight * g
-    if (a.w)
-      for (int64_t i = 0; i < n; ++i) g[i] *= a.w[i];
+    // pass 1: bw += g * xhat, bb += g, and the sums of wg * xhat and wg (wg = weight * g)
     A l1[kLanes] = {}, l2[kLanes] = {}, t1 = 0, t2 = 0;
     int64_t i = 0;
     for (; i + kLanes <= n; i += kLanes)
-      for (int k = 0; k < kLanes; ++k) l1[k] += g[i + k] * xh[i + k], l2[k] += g[i + k];
-    for (; i < n; ++i) t1 += g[i] * xh[i], t2 += g[i];
+      for (int k = 0; k < kLanes; ++k) {
+        const A xh = (x[i + k] - mu) * rs, gv = g[i + k], wg = gv * w[i + k];
+        bw[i + k] += gv * xh;
+        bb[i + k] += gv;
+        l1[k] += wg * xh;
+        l2[k] += wg;
+      }
+    for (; i < n; ++i) {
+      const A xh = (x[i] - mu) * rs, gv = g[i], wg = gv * w[i];
+      bw[i] += gv * xh;
+      bb[i] += gv;
+      t1 += wg * xh;
+      t2 += wg;
+    }
+    if ((r - r0) % kBlockRows == kBlockRows - 1 || r == r1 - 1) {
+      if (tw)
+        for (i = 0; i < n; ++i) tw[i] += bw[i];
+      if (tb)
+        for (i = 0; i < n; ++i) tb[i] += bb[i];
+      for (i = 0; i < n; ++i) bw[i] = 0, bb[i] = 0;
+    }
+    if (!a.gi) continue;
+    // pass 2: dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat))
     const A c1 = (fold(l1) + t1) / A(n), c2 = (fold(l2) + t2) / A(n);
-    for (i = 0; i < n; ++i) g[i] = rs * (g[i] - c2 - xh[i] * c1);
-    store_acc<T>(g, a.gi + r * n * sz, sz, n);
+    A* dx = std::is_same_v<T, A> ? reinterpret_cast<A*>(a.gi + r * n * sz) : s.g;
+    for (i = 0; i < n; ++i) dx[i] = rs * (g[i] * w[i] - c2 - (x[i] - mu) * rs * c1);
+    if constexpr (!std::is_same_v<T, A>) store_acc<T>(s.g, a.gi + r * n * sz, sz, n);
   }
 }
 
@@ -379,21 +396,21 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
       if (grad_b.defined()) store_acc<T>(z.data(), static_cast<char*>(grad_b.raw_data()), sz, inner);
       return;
     }
-    std::vector<A> w;
-    if (weight.defined()) w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
+    std::vector<A> w(size_t(inner), A(1));  // ones without a weight: the rows multiply unconditionally
+    if (weight.defined()) load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
     const bool want_w = grad_w.defined(), want_b = grad_b.defined(), want_x = grad_in.defined();
     // Chunks of rows each own a partial [inner] sum for grad_w and grad_b; the number of
     // chunks depends only on the shape.
     const int64_t chunks = std::clamp<int64_t>(rows * inner / 32768, 1, std::min<int64_t>(rows, 64));
     std::vector<A> pw(want_w ? size_t(chunks * inner) : 0, A(0)), pb(want_b ? size_t(chunks * inner) : 0, A(0));
     const LnBackward<T> a{static_cast<const char*>(grad_out.raw_data()), static_cast<const char*>(x.raw_data()),
-                          want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr, w.empty() ? nullptr : w.data(),
+                          want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr, w.data(),
                           static_cast<const A*>(mean.raw_data()), static_cast<const A*>(rstd.raw_data()), inner};
     parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-      std::vector<A> g(static_cast<size_t>(inner)), xv(static_cast<size_t>(inner)), bw, bb;
-      if (want_w) bw.assign(size_t(inner), A(0));
-      if (want_b) bb.assign(size_t(inner), A(0));
-      LnScratch<A> sc{g.data(), xv.data(), want_w ? bw.data() : nullptr, want_b ? bb.data() : nullptr};
+      // rows of 16-bit g and x widened (unused for float), and the block column sums
+      std::vector<A> g(std::is_same_v<T, A> ? 0 : size_t(inner)), xv(g.size()), bw(size_t(inner), A(0)),
+          bb(size_t(inner), A(0));
+      const LnScratch<A> sc{g.data(), xv.data(), bw.data(), bb.data()};
       for (int64_t c = cb; c < ce; ++c)
         run_ln_backward(a, rows * c / chunks, rows * (c + 1) / chunks, want_w ? pw.data() + c * inner : nullptr,
                         want_b ? pb.data() + c * inner : nullptr, sc);
