@@ -32,6 +32,9 @@
 // (3 KiB each) of a Fashion-MNIST-sized float32 tensor (188 MB, far beyond the caches):
 // ours draws the rows at random, as a shuffled epoch does; its ceiling, contiguous_rows,
 // copies 128 consecutive rows from a point that moves through the tensor (cold too).
+// column_sum/bfloat16/2048x1536/*: a bias gradient, sum(g, {0}) of the nanoGPT preset's
+// feed-forward gradient (8 x 256 tokens, width 1536) in bfloat16 into float32 sums; its
+// ceiling, all, reads the same bytes in their memory order: sum(g) over every element.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
@@ -246,6 +249,21 @@ void BM_layer_norm(benchmark::State& state, bool ours, ag::DType dt) {
   }
 }
 
+void BM_column_sum(benchmark::State& state, bool ours) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor g = ag::randn({2048, 1536}).to(ag::kBFloat16);
+    for (auto _ : state) {
+      const ag::Tensor s = ours ? ag::sum(g, {0}) : ag::sum(g);
+      benchmark::DoNotOptimize(s.raw_data());
+    }
+    state.counters["GB/s"] = benchmark::Counter(double(g.numel()) * 2 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_dropout(benchmark::State& state, ag::DType dt) {
   try {
     ag::NoGradGuard no_grad;
@@ -316,6 +334,10 @@ BENCHMARK_CAPTURE(BM_cross_entropy, fused_512x8192, true, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_512x8192, false, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_column_sum, ours, true)
+    ->Name("column_sum/bfloat16/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_column_sum, all, false)
+    ->Name("column_sum/bfloat16/2048x1536/all")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32, true, ag::kFloat32)
     ->Name("layer_norm/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32_copy, false, ag::kFloat32)

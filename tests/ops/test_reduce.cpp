@@ -164,6 +164,7 @@ TEST(ReduceTest, LayoutsMatchReference) {
       {"rows, dim -1", ag::randn({30, 70}, ag::kFloat64), {1}},
       {"columns [N, C] -> [C]", ag::randn({300, 7}, ag::kFloat64), {0}},
       {"columns over 64 wide", ag::randn({50, 150}, ag::kFloat64), {0}},
+      {"columns wider than a block, split", ag::randn({600, 2100}, ag::kFloat64), {0}},
       {"middle dim", ag::randn({6, 30, 9}, ag::kFloat64), {1}},
       {"NCHW per channel", ag::randn({4, 3, 6, 7}, ag::kFloat64), {0, 2, 3}},
       {"non-contiguous", agt::non_contiguous(ag::randn({9, 11, 5}, ag::kFloat64)), {1}},
@@ -226,14 +227,17 @@ TEST(ReduceTest, ResultDoesNotDependOnThreadCount) {
   ag::manual_seed(4);
   const Tensor x = ag::randn({300000}, ag::kFloat32);
   const Tensor c = ag::randn({20000, 10}, ag::kFloat32);
+  const Tensor wide = ag::randn({2048, 1536}, ag::kFloat32);  // a bias gradient's shape: wide blocks, split
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const double s1 = ag::sum(x).item<double>(), v1 = ag::var(x).item<double>();
   const auto c1 = ag::sum(c, {0}).to_vector<double>();
+  const auto w1 = ag::sum(wide, {0}).to_vector<double>();
   omp_set_num_threads(std::max(2, saved));
   EXPECT_EQ(ag::sum(x).item<double>(), s1);
   EXPECT_EQ(ag::var(x).item<double>(), v1);
   EXPECT_EQ(ag::sum(c, {0}).to_vector<double>(), c1);
+  EXPECT_EQ(ag::sum(wide, {0}).to_vector<double>(), w1);
   omp_set_num_threads(saved);
 }
 
