@@ -332,8 +332,16 @@ void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& 
   binary(BinaryOp::Sub, s, detail::expand_raw(lse3, s.sizes()), prob);
   unary(UnaryOp::Exp, prob, prob, {});
   const Tensor z = p.dropout_p > 0 ? composed_dropout(*this, p, d, acc, dev) : Tensor();
+  // A strided gradient (Backend::attention_backward) gets its product through a contiguous
+  // temporary, copied in at the end.
+  std::vector<std::pair<Tensor, Tensor>> copies;
   auto view3 = [&](const Tensor& g, int64_t R, int64_t C) {
-    return detail::make_view(g, {d.N, R, C}, {R * C, C, 1}, g.storage_offset());
+    Tensor res = g;
+    if (!g.is_contiguous()) {
+      res = make_tensor(g.sizes(), g.dtype(), g.device());
+      copies.emplace_back(res, g);
+    }
+    return detail::make_view(res, {d.N, R, C}, {R * C, C, 1}, res.storage_offset());
   };
   if (grad_v.defined()) {  // dv = dropped(p)^T @ dout
     Tensor dropped = prob;
@@ -343,7 +351,10 @@ void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& 
     }
     composed_bmm(*this, transposed(detail::cast_raw(dropped, dt)), go, view3(grad_v, d.Tk, d.Dv));
   }
-  if (!grad_q.defined() && !grad_k.defined()) return;
+  if (!grad_q.defined() && !grad_k.defined()) {
+    for (const auto& [res, g] : copies) copy(res, g);
+    return;
+  }
   // ds = scale * p * (dp - rowsum(p * dp)), dp = (dout @ v^T) * dropout: softmax's gradient
   Tensor dp = make_tensor(s.sizes(), acc, dev), ds = make_tensor(s.sizes(), acc, dev);
   composed_bmm(*this, go, transposed(v3), dp);
@@ -353,6 +364,7 @@ void Backend::attention_backward_composed(const Tensor& grad_out, const Tensor& 
   const Tensor dst = detail::cast_raw(ds, dt);
   if (grad_q.defined()) composed_bmm(*this, dst, k3, view3(grad_q, d.Tq, d.D));
   if (grad_k.defined()) composed_bmm(*this, transposed(dst), q3, view3(grad_k, d.Tk, d.D));
+  for (const auto& [res, g] : copies) copy(res, g);
 }
 
 }  // namespace ampgrad

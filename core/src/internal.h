@@ -20,6 +20,13 @@ Tensor expand_raw(const Tensor& base, const Shape& shape);
 Tensor cast_raw(const Tensor& base, DType dtype);
 /// A contiguous copy or base itself (no autograd).
 Tensor contiguous_raw(const Tensor& base);
+/// True when no two indices of the geometry reach one element: with its dims ordered by
+/// stride, each stride is at least the span of the dims inside it (gaps allowed). Size-1
+/// and empty geometries qualify; a stride-0 dim of size > 1 does not.
+bool non_overlapping(const Shape& sizes, const Shape& strides);
+/// A new tensor of the given geometry whose memory order is that of `strides` (dims
+/// ordered by stride, ties by position), dense: a layout-preserving empty_like.
+Tensor empty_in_order(const Shape& sizes, const Shape& strides, DType dtype, Device device, const char* op);
 
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 void check_defined(const Tensor& t, const char* op, const char* what);

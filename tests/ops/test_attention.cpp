@@ -425,10 +425,13 @@ TEST(Attention, ComposedFormMatchesTheCpuKernel) {
       TL res[2];
       Backend* bes[2] = {&fused, &composed};
       for (int i = 0; i < 2; ++i) {
-        // the composed form gets the op's own layout ([B, Tq, H, Dv] memory), a strided out
-        Tensor out = i == 0 ? empty({B, H, Tq, Dv}, dt) : empty({B, Tq, H, Dv}, dt).transpose(1, 2),
-               lse = empty({B, H, Tq}, acc);
-        Tensor gq = empty({B, H, Tq, D}, dt), gk = empty({B, H, Tk, D}, dt), gv = empty({B, H, Tk, Dv}, dt);
+        // the composed form gets the op's own layouts: [B, Tq, H, Dv] memory, a strided out,
+        // and gradients laid out by position then head, as those of a split projection are
+        auto layout = [&](int64_t T, int64_t W) {
+          return i == 0 ? empty({B, H, T, W}, dt) : empty({B, T, H, W}, dt).transpose(1, 2);
+        };
+        Tensor out = layout(Tq, Dv), lse = empty({B, H, Tq}, acc);
+        Tensor gq = layout(Tq, D), gk = layout(Tk, D), gv = layout(Tk, Dv);
         bes[i]->attention(q, k, v, m, p, out, lse);
         bes[i]->attention_backward(go, q, k, v, m, out, lse, p, gq, gk, gv);
         res[i] = {out, lse, gq, gk, gv};
@@ -447,6 +450,50 @@ TEST(Attention, ComposedFormMatchesTheCpuKernel) {
   const Tensor q = randf({1, 100, 4}), out = empty({1, 100, 4}), lse = empty({1, 100});
   composed.attention(q, q, q, Tensor(), p, out, lse);
   EXPECT_EQ(composed.host_copies, 0);
+}
+
+// q, k and v viewed as heads of one [B, T, 3C] projection: their gradients are slices of
+// one buffer laid out like it, so split's backward joins them without a copy, and the
+// values are those of the same attention on contiguous copies of q, k and v.
+TEST(Attention, GradientsOfASplitProjectionAreJoinedWithoutACopy) {
+  manual_seed(7);
+  const int64_t B = 2, T = 37, H = 3, D = 8, C = H * D;
+  for (DType dt : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor g = randf({B, T, C}, dt);
+    Tensor x_grad[2];
+    for (int contiguous_heads = 0; contiguous_heads < 2; ++contiguous_heads) {
+      manual_seed(11);  // the same x both times
+      const Tensor x = randf({B, T, 3 * C}).to(dt).requires_grad_(true);
+      const Tensor qkv = x * 2.0;
+      std::vector<Tensor> parts = qkv.split(C, 2);
+      Tensor part_grad[3], qkv_grad;
+      for (int i = 0; i < 3; ++i)
+        parts[size_t(i)].register_hook([&part_grad, i](const Tensor& pg) {
+          part_grad[i] = pg;
+          return Tensor();
+        });
+      qkv.register_hook([&qkv_grad](const Tensor& qg) {
+        qkv_grad = qg;
+        return Tensor();
+      });
+      auto heads = [&](const Tensor& t) {
+        const Tensor h = t.view({B, T, H, D}).transpose(1, 2);
+        return contiguous_heads ? h.contiguous() : h;
+      };
+      const Tensor y = sdpa(heads(parts[0]), heads(parts[1]), heads(parts[2]), true);
+      y.transpose(1, 2).reshape({B, T, C}).backward(g);
+      x_grad[contiguous_heads] = x.grad();
+      if (!contiguous_heads) {
+        for (int i = 0; i < 3; ++i) EXPECT_TRUE(part_grad[i].is_alias_of(part_grad[0])) << "piece " << i;
+        EXPECT_TRUE(qkv_grad.is_alias_of(part_grad[0]));  // joined, not concatenated
+        EXPECT_TRUE(qkv_grad.is_contiguous());
+      } else {
+        EXPECT_FALSE(qkv_grad.is_alias_of(part_grad[0]));  // separate gradients: a cat
+      }
+    }
+    EXPECT_EQ(x_grad[0].to_vector<double>(), x_grad[1].to_vector<double>());
+  }
 }
 
 // CausalSelfAttention's former forward: matmul, scale, where-mask, softmax, (dropout), matmul.

@@ -380,7 +380,9 @@ class Backend {
   /// The gradients of attention from its saved out and lse (the probabilities are
   /// exp(score - lse): 0 for a row with lse = +inf, so such a row's gradients are 0).
   /// grad_out is shaped like out, in its dtype, any strides; grad_q, grad_k and grad_v are
-  /// contiguous, shaped like q, k and v, or undefined when that gradient is not wanted.
+  /// shaped like q, k and v with unit-stride, non-overlapping rows and any other strides
+  /// (the op lays them out like q, k and v when those are slices of one buffer), or
+  /// undefined when that gradient is not wanted.
   virtual void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& out, const Tensor& lse,
                                   const AttentionParams& p, const Tensor& grad_q, const Tensor& grad_k,

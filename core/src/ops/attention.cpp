@@ -7,6 +7,7 @@
 // causal rule stays a flag, so the CPU kernel skips the key blocks above the diagonal.
 // The node saves q, k, v, the mask, the output and the per-row log-sum-exp; the backward
 // recomputes the probabilities from them.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -65,6 +66,47 @@ Tensor make_output(const Shape& shape, DType dt, Device dev) {
   Shape strides = base.strides();
   std::swap(strides[n - 3], strides[n - 2]);
   return detail::make_view(base, shape, strides, 0);
+}
+
+// Fresh tensors for the gradients of q, k and v (the wanted ones). When the three are
+// equally spaced slices along one dim of one buffer, with one shape and strides, unit-
+// stride rows and no overlap (a transformer's q, k and v: its [B, T, 3C] projection split
+// in three and viewed as heads [B, H, T, D]), the gradients are the same slices of one new
+// buffer laid out like that parent: the split's backward then finds them already joined
+// (no cat) and the heads' transpose and reshape back are views. Otherwise each gradient
+// is contiguous.
+TensorList gradient_buffers(const Tensor& q, const Tensor& k, const Tensor& v, GradMask need) {
+  const Tensor* in[3] = {&q, &k, &v};
+  TensorList out(3);
+  const bool shared = need[0] && need[1] && need[2] && q.dim() >= 1 && q.stride(-1) == 1 && k.is_alias_of(q) &&
+                      v.is_alias_of(q) && k.dtype() == q.dtype() && v.dtype() == q.dtype() &&
+                      k.sizes() == q.sizes() && v.sizes() == q.sizes() && k.strides() == q.strides() &&
+                      v.strides() == q.strides();
+  if (shared) {
+    // The three offsets in increasing order, o, o + delta, o + 2 delta, with delta one dim's
+    // whole extent: the parent is that dim three times as long.
+    int rank[3] = {0, 1, 2};
+    std::sort(rank, rank + 3, [&](int a, int b) { return in[a]->storage_offset() < in[b]->storage_offset(); });
+    const int64_t o = in[rank[0]]->storage_offset(), delta = in[rank[1]]->storage_offset() - o;
+    const int64_t dims = q.dim();
+    int64_t j = -1;
+    for (int64_t d = 0; d < dims && j < 0 && delta > 0; ++d)
+      if (q.stride(d) > 0 && q.size(d) * q.stride(d) == delta) j = d;
+    if (j >= 0 && in[rank[2]]->storage_offset() - o == 2 * delta) {
+      Shape parent = q.sizes();
+      parent[size_t(j)] *= 3;
+      if (detail::non_overlapping(parent, q.strides())) {
+        const Tensor buf = detail::empty_in_order(parent, q.strides(), q.dtype(), q.device(), kName);
+        for (int slot = 0; slot < 3; ++slot)
+          out[size_t(rank[slot])] = detail::make_view(buf, q.sizes(), buf.strides(),
+                                                      buf.storage_offset() + slot * q.size(j) * buf.stride(j));
+        return out;
+      }
+    }
+  }
+  for (size_t i = 0; i < 3; ++i)
+    if (need[i]) out[i] = make_tensor(in[i]->sizes(), in[i]->dtype(), in[i]->device(), kName);
+  return out;
 }
 
 }  // namespace
@@ -133,10 +175,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
            [sq = SavedTensor(q), sk = SavedTensor(k), sv = SavedTensor(v), sm = SavedTensor(add_mask),
             so = SavedTensor(out), sl = SavedTensor(lse), p](const TensorList& g, GradMask need) -> TensorList {
              const Tensor &qs = sq.get(), &ks = sk.get(), &vs = sv.get();
-             auto grad_for = [](const Tensor& t, bool wanted) {
-               return wanted ? make_tensor(t.sizes(), t.dtype(), t.device(), kName) : Tensor();
-             };
-             Tensor gq = grad_for(qs, need[0]), gk = grad_for(ks, need[1]), gv = grad_for(vs, need[2]);
+             const TensorList grads = gradient_buffers(qs, ks, vs, need);
+             const Tensor &gq = grads[0], &gk = grads[1], &gv = grads[2];
              backend(qs.device(), kName)
                  .attention_backward(detail::cast_raw(g[0], qs.dtype()), qs, ks, vs, sm.get(), so.get(), sl.get(), p,
                                      gq, gk, gv);

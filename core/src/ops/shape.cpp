@@ -51,6 +51,42 @@ Tensor contiguous_raw(const Tensor& base) {
   return out;
 }
 
+namespace {
+
+// The dims of a geometry from the largest stride to the smallest (ties: the earlier dim
+// first, as in a contiguous layout).
+std::vector<size_t> by_stride(const Shape& strides) {
+  std::vector<size_t> order(strides.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  return order;
+}
+
+}  // namespace
+
+bool non_overlapping(const Shape& sizes, const Shape& strides) {
+  int64_t span = 1;  // elements reached by the dims inside the current one, plus one
+  const std::vector<size_t> order = by_stride(strides);
+  for (size_t k = order.size(); k-- > 0;) {
+    const int64_t n = sizes[order[k]], st = strides[order[k]];
+    if (n == 0) return true;
+    if (n == 1) continue;
+    if (st < span) return false;
+    span = st * (n - 1) + span;
+  }
+  return true;
+}
+
+Tensor empty_in_order(const Shape& sizes, const Shape& strides, DType dtype, Device device, const char* op) {
+  const std::vector<size_t> order = by_stride(strides);
+  Shape mem = sizes;
+  for (size_t k = 0; k < order.size(); ++k) mem[k] = sizes[order[k]];
+  const Tensor base = make_tensor(mem, dtype, device, op);
+  Shape st = sizes;
+  for (size_t k = 0; k < order.size(); ++k) st[order[k]] = base.strides()[k];
+  return make_view(base, sizes, std::move(st), 0);
+}
+
 }  // namespace detail
 
 using detail::make_view;
@@ -351,6 +387,29 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return cat(parts, dim);
 }
 
+namespace {
+
+// The pieces g as one tensor of shape `in` without a copy, when every piece is defined and
+// they are consecutive slices along dim of one buffer (same storage, dtype and strides,
+// each starting where the one before ends) whose union does not overlap itself; else
+// undefined.
+Tensor joined_slices(const TensorList& g, int64_t dim, const Shape& in) {
+  if (g.empty() || !g[0].defined()) return Tensor();
+  const Tensor& first = g[0];
+  const int64_t step = first.strides()[size_t(dim)];
+  int64_t offset = first.storage_offset();
+  for (const Tensor& t : g) {
+    if (!t.defined() || !t.is_alias_of(first) || t.dtype() != first.dtype() || t.strides() != first.strides() ||
+        t.storage_offset() != offset)
+      return Tensor();
+    offset += t.sizes()[size_t(dim)] * step;
+  }
+  if (!detail::non_overlapping(in, first.strides())) return Tensor();
+  return make_view(first, in, first.strides(), first.storage_offset());
+}
+
+}  // namespace
+
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   detail::check_defined(x, "split", "input");
   AG_CHECK(split_size > 0, "split", "split_size must be positive, got ", split_size);
@@ -369,9 +428,12 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   // One node for all the pieces, whose backward writes the input's gradient once (a cat)
   // rather than a zero-filled input-sized tensor per piece that the engine then adds up
   // (the attention's q, k, v split of one projection is in every transformer layer).
+  // Pieces that already are adjacent slices of one buffer (attention's gradients of such a
+  // split are made so) are joined without a copy.
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
     record("split", {x}, out, [in, dim, lengths](const TensorList& g, GradMask) -> TensorList {
+      if (Tensor joined = joined_slices(g, dim, in); joined.defined()) return {joined};
       TensorOptions opts;
       for (const Tensor& gi : g)
         if (gi.defined()) opts = gi.options();
