@@ -8,6 +8,10 @@
 #include <cmath>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
@@ -33,9 +37,27 @@ bool begin_step(const OptimizerLists& l, const char* op, bool two_moments, doubl
   return true;
 }
 
+// Denormal floats flush to zero (MXCSR's FTZ and DAZ) on the calling thread while it lives,
+// restored after. A parameter whose gradient stays 0 (a Fashion-MNIST pixel that is 0 in
+// every image) has moments that decay geometrically into the denormal range, and every
+// operation on a denormal takes a microcode assist: the trainer's bf16-mixed MLP step
+// grew from 0.78 to 0.89 ms over three epochs without this, and stayed flat with it.
+class FlushDenormals {
+ public:
+#if defined(__x86_64__)
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFtz | kDaz); }
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFtz = 0x8000, kDaz = 0x0040;
+  unsigned saved_;
+#endif
+};
+
 // Runs body(k, begin, end) over the elements of every parameter, cut into pieces, in one
 // parallel region: a step over many small parameters pays for one thread team, not one per
-// parameter. Steps of 16384 elements or fewer in all stay on the calling thread.
+// parameter. Steps of 16384 elements or fewer in all stay on the calling thread. Denormals
+// flush to zero in the steps (FlushDenormals).
 template <class Body>
 void for_each_piece(const TensorList& params, const Body& body) {
   constexpr int64_t kPiece = 16384;
@@ -52,6 +74,7 @@ void for_each_piece(const TensorList& params, const Body& body) {
   }
   const int64_t np = int64_t(pieces.size());
   parallel_for(0, np, total <= kPiece ? np : 1, [&](int64_t pb, int64_t pe) {
+    const FlushDenormals flush;
     for (int64_t i = pb; i < pe; ++i) body(pieces[size_t(i)].k, pieces[size_t(i)].begin, pieces[size_t(i)].end);
   });
 }
