@@ -142,18 +142,6 @@ struct Widened {
   Bf16Pairs qp, kp, vp, gop, ktp, vtp;  // bfloat16 pairs (pack_for)
 };
 
-#if defined(__x86_64__)
-AG_AVX512_CODE_BEGIN
-// The full 16 x 16 blocks of an R x C transpose (dst's leading dimension R); the caller
-// checks that the CPU has AVX-512 and copies the leftover rows and columns.
-__attribute__((target("avx512f"))) void transpose_blocks_avx512(const float* src, int64_t lds, int64_t R, int64_t C,
-                                                                float* dst) {
-  for (int64_t r0 = 0; r0 + 16 <= R; r0 += 16)
-    for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * R + r0, R);
-}
-AG_AVX512_CODE_END
-#endif
-
 // The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products
 // that take k^T or v^T then read rows, which tile_gemm's small kernel streams, and each
 // key block is transposed once per entry rather than once per query block. Float blocks
@@ -167,7 +155,7 @@ Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) 
   if constexpr (std::is_same_v<A, float>) {
     static const bool avx512 = hw::cpu_features().avx512f;
     if (avx512) {
-      transpose_blocks_avx512(m.p, m.ld, R, C, buf.data());
+      transpose_blocks(m.p, m.ld, R, C, buf.data(), R);
       R16 = R / 16 * 16, C16 = C / 16 * 16;
     }
   }

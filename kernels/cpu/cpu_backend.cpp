@@ -13,8 +13,11 @@
 #include <map>
 #include <mutex>
 
+#include "ampgrad/hw/cpu.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
+#include "cpu/parallel.h"
+#include "cpu/transpose16.h"
 #include "cpu/vec.h"
 #include "internal.h"
 
@@ -206,9 +209,39 @@ void copy_loop(const Tensor& src, const Tensor& dst) {
       *reinterpret_cast<D*>(p[0] + i * s[0]) = cast<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
   });
 }
+// A 32-bit matrix copied from a transposed view (unit stride down its columns) into a
+// contiguous one: 16 x 16 blocks through AVX-512 registers, the blocks' rows spread over
+// the threads, the edges element by element. Element by element such a copy is a strided
+// gather: a [1536, 384] float32 matrix took 307 us, 92-97 us in blocks, against 43 us for a
+// plain copy of it (cache-hot, 2 threads). False where it does not apply.
+bool copy_transposed32(const Tensor& src, const Tensor& dst) {
+#if defined(__x86_64__)
+  static const bool avx512 = hw::cpu_features().avx512f;
+  if (!avx512 || src.dtype() != dst.dtype() || src.itemsize() != 4 || dst.dim() != 2 || src.dim() != 2 ||
+      !dst.is_contiguous() || src.sizes() != dst.sizes() || src.stride(0) != 1 || src.stride(1) < src.size(0) ||
+      dst.size(0) < 16 || dst.size(1) < 16)
+    return false;
+  // t [C, R] with leading dimension lds: t[j * lds + i] = src(i, j), and dst(i, j) = t[j, i].
+  const int64_t R = dst.size(0), C = dst.size(1), lds = src.stride(1);
+  const float* t = static_cast<const float*>(src.raw_data());
+  float* d = static_cast<float*>(dst.raw_data());
+  const int64_t R16 = R / 16 * 16, C16 = C / 16 * 16;
+  parallel_for(0, C16 / 16, std::max<int64_t>(1, kGrain / (16 * R)), [&](int64_t b, int64_t e) {
+    transpose_blocks(t + b * 16 * lds, lds, (e - b) * 16, R, d + b * 16, C);
+  });
+  for (int64_t j = 0; j < C; ++j)
+    for (int64_t i = j < C16 ? R16 : 0; i < R; ++i) d[i * C + j] = t[j * lds + i];
+  return true;
+#else
+  (void)src, (void)dst;
+  return false;
+#endif
+}
+
 }  // namespace
 
 void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (copy_transposed32(src, dst)) return;
   dispatch_all(dst.dtype(), "copy", [&]<class D>() {
     dispatch_all(src.dtype(), "copy", [&]<class S>() { copy_loop<D, S>(src, dst); });
   });

@@ -45,6 +45,15 @@ __attribute__((target("avx512f"))) inline void transpose16(const float* src, int
   }
   for (int k = 0; k < 16; ++k) _mm512_storeu_ps(dst + k * ldd, r[k]);
 }
+
+// The full 16 x 16 blocks of an R x C transpose, dst[c * ldd + r] = src[r * lds + c]; the
+// caller checks that the CPU has AVX-512 and copies the leftover rows (r >= R / 16 * 16)
+// and columns (c >= C / 16 * 16).
+__attribute__((target("avx512f"))) inline void transpose_blocks(const float* src, int64_t lds, int64_t R, int64_t C,
+                                                                 float* dst, int64_t ldd) {
+  for (int64_t r0 = 0; r0 + 16 <= R; r0 += 16)
+    for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+}
 AG_AVX512_CODE_END
 
 }  // namespace ampgrad::cpu

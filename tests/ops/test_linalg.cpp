@@ -160,6 +160,30 @@ TEST(Linalg, MatmulStridedOperandsAreReadInPlaceOrCopied) {
   EXPECT_TRUE(agt::allclose(matmul(nc, nd), ref_matmul(nc, nd), fp32_tol(7)));
 }
 
+// Copies out of a transposed 32-bit matrix (16 x 16 blocks on AVX-512, the edges apart)
+// give each element where it belongs, whatever the sizes' remainders.
+TEST(Linalg, TransposedCopiesPutEveryElementInPlace) {
+  manual_seed(17);
+  for (auto [r, c] : std::vector<std::array<int64_t, 2>>{{16, 16}, {17, 33}, {40, 200}, {200, 40}, {15, 64}, {1536, 384}}) {
+    SCOPED_TRACE(std::to_string(r) + "x" + std::to_string(c));
+    for (DType dt : {kFloat32, kInt32}) {
+      const Tensor base = randint(-1000000, 1000000, {c, r}).to(dt);
+      const Tensor t = base.t().contiguous();
+      ASSERT_TRUE(t.is_contiguous());
+      const auto bv = base.to_vector<double>(), tv = t.to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) wrong += tv[size_t(i * c + j)] != bv[size_t(j * r + i)];
+      EXPECT_EQ(wrong, 0);
+    }
+  }
+  // a transposed view of a wider buffer (leading dimension above the rows)
+  const Tensor wide = randf({40, 70}).narrow(1, 3, 50);  // [40, 50], row stride 70
+  const auto wv = wide.to_vector<double>(), tv = wide.t().contiguous().to_vector<double>();
+  for (int64_t i = 0; i < 50; ++i)
+    for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(tv[size_t(i * 40 + j)], wv[size_t(j * 50 + i)]);
+}
+
 TEST(Linalg, MatmulFloat64AndEmptyShapes) {
   manual_seed(14);
   Tensor a = randf({9, 11}, kFloat64), b = randf({11, 4}, kFloat64);
