@@ -209,6 +209,7 @@ void copy_loop(const Tensor& src, const Tensor& dst) {
       *reinterpret_cast<D*>(p[0] + i * s[0]) = cast<D>(*reinterpret_cast<const S*>(p[1] + i * s[1]));
   });
 }
+
 // A 32-bit matrix copied from a transposed view (unit stride down its columns) into a
 // contiguous one: 16 x 16 blocks through AVX-512 registers, the blocks' rows spread over
 // the threads, the edges element by element. Element by element such a copy is a strided
@@ -218,7 +219,7 @@ bool copy_transposed32(const Tensor& src, const Tensor& dst) {
 #if defined(__x86_64__)
   static const bool avx512 = hw::cpu_features().avx512f;
   if (!avx512 || src.dtype() != dst.dtype() || src.itemsize() != 4 || dst.dim() != 2 || src.dim() != 2 ||
-      !dst.is_contiguous() || src.sizes() != dst.sizes() || src.stride(0) != 1 || src.stride(1) < src.size(0) ||
+      src.is_alias_of(dst) || !dst.is_contiguous() || src.sizes() != dst.sizes() || src.stride(0) != 1 || src.stride(1) < src.size(0) ||
       dst.size(0) < 16 || dst.size(1) < 16)
     return false;
   // t [C, R] with leading dimension lds: t[j * lds + i] = src(i, j), and dst(i, j) = t[j, i].
