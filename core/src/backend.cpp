@@ -164,13 +164,9 @@ void Backend::linear_act_backward_composed(const Tensor& g, const Tensor& next_w
   const Tensor& saved = activation_grad_reads_output(act) ? out : pre;
   AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act), " needs the ",
            activation_grad_reads_output(act) ? "output" : "pre-activation", ", which was not kept");
-  const int64_t M = grad_pre.size(0), N = grad_pre.size(1);
+  const int64_t N = grad_pre.size(1);
   if (next_weight.defined()) {
-    const int64_t N2 = g.size(1);
-    matmul(detail::make_view(g, {1, M, N2}, {0, g.stride(0), g.stride(1)}, g.storage_offset()),
-           detail::make_view(next_weight, {1, N2, N}, {0, next_weight.stride(0), next_weight.stride(1)},
-                             next_weight.storage_offset()),
-           detail::make_view(grad_pre, {1, M, N}, {M * N, N, 1}, grad_pre.storage_offset()));
+    matmul(detail::one_batch(g), detail::one_batch(next_weight), detail::one_batch(grad_pre));
     binary(activation_backward_op(act), grad_pre, saved, grad_pre);
   } else {
     binary(activation_backward_op(act), g, saved, grad_pre);

@@ -20,6 +20,9 @@ Tensor expand_raw(const Tensor& base, const Shape& shape);
 Tensor cast_raw(const Tensor& base, DType dtype);
 /// A contiguous copy or base itself (no autograd).
 Tensor contiguous_raw(const Tensor& base);
+/// A matrix [R, C] as a batch of one, [1, R, C] with its own strides (no autograd): the
+/// operand shape of Backend::matmul.
+Tensor one_batch(const Tensor& m);
 /// True when no two indices of the geometry reach one element: with its dims ordered by
 /// stride, each stride is at least the span of the dims inside it (gaps allowed). Size-1
 /// and empty geometries qualify; a stride-0 dim of size > 1 does not.

@@ -283,14 +283,10 @@ void CpuBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight,
     return linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
   AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act),
            " needs the slope the forward kept, which was not kept");
-  const int64_t M = grad_pre.size(0), N = grad_pre.size(1);
+  const int64_t N = grad_pre.size(1);
   if (next_weight.defined()) {
-    const int64_t N2 = g.size(1);
-    matmul_times(detail::make_view(g, {1, M, N2}, {0, g.stride(0), g.stride(1)}, g.storage_offset()),
-                 detail::make_view(next_weight, {1, N2, N}, {0, next_weight.stride(0), next_weight.stride(1)},
-                                   next_weight.storage_offset()),
-                 detail::make_view(saved, {1, M, N}, {M * N, N, 1}, saved.storage_offset()),
-                 detail::make_view(grad_pre, {1, M, N}, {M * N, N, 1}, grad_pre.storage_offset()));
+    matmul_times(detail::one_batch(g), detail::one_batch(next_weight), detail::one_batch(saved),
+                 detail::one_batch(grad_pre));
   } else {
     binary(BinaryOp::Mul, g, saved, grad_pre);
   }

@@ -79,9 +79,7 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
   if (a.dim() == 2 && b.dim() == 2) {  // the hot path: no broadcasting to work out
     out = make_tensor({M, N}, out_dtype, a.device(), "matmul");
     backend(a.device(), "matmul")
-        .matmul(detail::make_view(a, {1, M, K}, {0, a.stride(0), a.stride(1)}, a.storage_offset()),
-                detail::make_view(b, {1, K, N}, {0, b.stride(0), b.stride(1)}, b.storage_offset()),
-                detail::make_view(out, {1, M, N}, {M * N, N, 1}, 0));
+        .matmul(detail::one_batch(a), detail::one_batch(b), detail::one_batch(out));
   } else {
     const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
     const int64_t B = batch.numel();

@@ -51,6 +51,10 @@ Tensor contiguous_raw(const Tensor& base) {
   return out;
 }
 
+Tensor one_batch(const Tensor& m) {
+  return make_view(m, {1, m.size(0), m.size(1)}, {0, m.stride(0), m.stride(1)}, m.storage_offset());
+}
+
 namespace {
 
 // The dims of a geometry from the largest stride to the smallest (ties: the earlier dim
