@@ -314,6 +314,10 @@ void BM_attention(benchmark::State& state, bool fused, int64_t B, int64_t H, int
 
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_attention, fused_32x4x64x32, true, 32, 4, 64, 32)
+    ->Name("attention/float32/32x4x64x32/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_attention, composed_32x4x64x32, false, 32, 4, 64, 32)
+    ->Name("attention/float32/32x4x64x32/composed")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_attention, fused_16x4x128x64, true, 16, 4, 128, 64)
     ->Name("attention/float32/16x4x128x64/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_attention, composed_16x4x128x64, false, 16, 4, 128, 64)

@@ -308,9 +308,23 @@ struct RowArgs {
   const A* p = nullptr;    // ScoreGrad: s holds dO V^T; p the probabilities, pd receives p * z,
   A* pd = nullptr;
   const A* di = nullptr;   // di the rows' rowsum(dO * O)
+  // Across the causal diagonal (cut), row r sees keys [0, r + off] only: the rest of its
+  // scores are -inf, its probabilities and score gradients 0.
+  int64_t off = 0;
+  bool cut = false;
 };
 
 constexpr int kLanes = 16;  // a 512-bit vector of floats
+
+// The columns of row r that the row work computes: the keys it sees, rounded up to whole
+// vectors (the -inf scores in the rounding give 0 like the rest); what follows is set to 0
+// rather than computed. A T = 64 model's tiles are all diagonal ones, half hidden.
+template <class A>
+[[gnu::always_inline]] inline int64_t row_span(const RowArgs<A>& a, int64_t r) {
+  if (!a.cut) return a.cols;
+  const int64_t seen = std::clamp<int64_t>(r + a.off + 1, 0, a.cols);
+  return std::min(a.cols, (seen + kLanes - 1) / kLanes * kLanes);
+}
 
 template <class A>
 [[gnu::always_inline]] inline void row_work(RowStep step, const RowArgs<A>& a) {
@@ -318,6 +332,7 @@ template <class A>
   for (int64_t r = 0; r < a.rows; ++r) {
     A* row = a.s + r * kBc;
     const A* zr = a.z ? a.z + r * kBc : nullptr;
+    const int64_t n = row_span(a, r);
     switch (step) {
       case RowStep::OnlineSoftmax: {
         // The max and the sum run in kLanes independent lanes (combined in a fixed order),
@@ -326,26 +341,33 @@ template <class A>
         A lane[kLanes];
         for (int k = 0; k < kLanes; ++k) lane[k] = kNegInf;
         int64_t c = 0;
-        for (; c + kLanes <= a.cols; c += kLanes)
+        for (; c + kLanes <= n; c += kLanes)
           for (int k = 0; k < kLanes; ++k) lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
         A mx = kNegInf;
-        for (; c < a.cols; ++c) mx = row[c] > mx ? row[c] : mx;
-        for (int k = 0; k < kLanes; ++k) mx = lane[k] > mx ? lane[k] : mx;
+        for (; c < n; ++c) mx = row[c] > mx ? row[c] : mx;
+        // The lanes combine as a tree (four steps deep, not sixteen): at 64 keys a row's
+        // reductions, not its exps, were the longer part of the row work.
+        for (int w = kLanes / 2; w > 0; w /= 2)
+          for (int k = 0; k < w; ++k) lane[k] = lane[k + w] > lane[k] ? lane[k + w] : lane[k];
+        mx = lane[0] > mx ? lane[0] : mx;
         const A m_old = a.m[r], m_new = mx > m_old ? mx : m_old;
         // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
         // would be NaN); its exps are 0 and its accumulator stays 0.
         const A shift = m_new == kNegInf ? A(0) : m_new;
         const A alpha = exp_acc(m_old - shift);
         for (int k = 0; k < kLanes; ++k) lane[k] = 0;
-        for (c = 0; c + kLanes <= a.cols; c += kLanes)
+        for (c = 0; c + kLanes <= n; c += kLanes)
           for (int k = 0; k < kLanes; ++k) {
             const A e = exp_acc(row[c + k] - shift);
             row[c + k] = e;
             lane[k] += e;
           }
         A sum = 0;
-        for (; c < a.cols; ++c) sum += (row[c] = exp_acc(row[c] - shift));
-        for (int k = 0; k < kLanes; k += 2) sum += lane[k] + lane[k + 1];
+        for (; c < n; ++c) sum += (row[c] = exp_acc(row[c] - shift));
+        std::fill(row + n, row + a.cols, A(0));
+        for (int w = kLanes / 2; w > 0; w /= 2)
+          for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
+        sum += lane[0];
         a.l[r] = a.l[r] * alpha + sum;
         a.m[r] = m_new;
         if (alpha != A(1)) {
@@ -353,12 +375,13 @@ template <class A>
           for (int64_t c = 0; c < a.dv; ++c) acc[c] *= alpha;
         }
         if (zr)
-          for (int64_t c = 0; c < a.cols; ++c) row[c] *= zr[c];
+          for (int64_t c = 0; c < n; ++c) row[c] *= zr[c];
         break;
       }
       case RowStep::Probabilities: {
         const A shift = a.lse[r];  // +inf on a row that sees no key: exp gives 0
-        for (int64_t c = 0; c < a.cols; ++c) row[c] = exp_acc(row[c] - shift);
+        for (int64_t c = 0; c < n; ++c) row[c] = exp_acc(row[c] - shift);
+        std::fill(row + n, row + a.cols, A(0));
         if (zr) {
           A* pd = a.pd + r * kBc;
           for (int64_t c = 0; c < a.cols; ++c) pd[c] = row[c] * zr[c];
@@ -369,9 +392,10 @@ template <class A>
         const A* pr = a.p + r * kBc;
         const A dr = a.di[r];
         if (zr)
-          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] * zr[c] - dr);
+          for (int64_t c = 0; c < n; ++c) row[c] = pr[c] * (row[c] * zr[c] - dr);
         else
-          for (int64_t c = 0; c < a.cols; ++c) row[c] = pr[c] * (row[c] - dr);
+          for (int64_t c = 0; c < n; ++c) row[c] = pr[c] * (row[c] - dr);
+        std::fill(row + n, row + a.cols, A(0));
         break;
       }
     }
@@ -448,13 +472,15 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
           score_tile(e, d, p.causal, i0, rows, j0, cols, s.data());
           if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
           RowArgs<A> ra{rows, cols, s.data(), drop ? z.data() : nullptr};
+          const Diagonal dg(p.causal, i0, j0, cols);
+          ra.off = dg.off, ra.cut = dg.cut;
           ra.m = m.data();
           ra.l = l.data();
           ra.acc = acc.data();
           ra.dv = d.Dv;
           run_rows(RowStep::OnlineSoftmax, ra);
           // acc += P V, each stripe of queries over the keys it sees (P is 0 past them)
-          Diagonal(p.causal, i0, j0, cols).query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
+          dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {
             if (n > 0)
               product(false, r1 - r0, d.Dv, n, A(1), s.data() + r0 * kBc, kBc, e.v, e.vp, j0, 0, A(1),
                       acc.data() + r0 * d.Dv, d.Dv);
@@ -544,12 +570,13 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
           const int64_t rows = std::min(kBr, d.Tq - i0);
           score_tile(e, d, p.causal, i0, rows, j0, cols, pt.data());
           if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
+          // Across the diagonal each product runs in stripes over what the stripe sees.
+          const Diagonal dg(p.causal, i0, j0, cols);
           RowArgs<A> ra{rows, cols, pt.data(), drop ? z.data() : nullptr};
+          ra.off = dg.off, ra.cut = dg.cut;
           ra.lse = lse_b + i0;
           ra.pd = pd.data();
           run_rows(RowStep::Probabilities, ra);  // P, and dropout(P) into pd
-          // Across the diagonal each product runs in stripes over what the stripe sees.
-          const Diagonal dg(p.causal, i0, j0, cols);
           const A* pv = drop ? pd.data() : pt.data();
           dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dV_j += dropout(P)^T dO_i
             if (r < rows)
@@ -564,6 +591,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
             for (int64_t r = r0; r < r1 && n < cols; ++r) std::fill_n(ds.data() + r * kBc + n, cols - n, A(0));
           });
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
+          rg.off = dg.off, rg.cut = dg.cut;
           rg.p = pt.data();
           rg.di = di.data() + i0;
           run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
