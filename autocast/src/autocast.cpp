@@ -5,6 +5,7 @@
 
 #include "ampgrad/autocast/autocast.h"
 #include "ampgrad/autograd.h"
+#include "ampgrad/cast_shadow.h"
 #include "ampgrad/dispatch.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/ops/elementwise.h"
@@ -73,7 +74,15 @@ Tensor cast_to(const Tensor& t, DType dtype, const State& s) {
   const CacheKey key{t.unsafe_impl(), t.version(), dtype, GradMode::is_enabled()};
   auto it = t_state.cache.find(key);
   if (it != t_state.cache.end() && it->second.src.lock().get() == t.unsafe_impl()) return it->second.cast;
-  Tensor c = t.to(dtype);
+  // The rounding that the last optimizer step wrote (ampgrad/cast_shadow.h), else a cast
+  // whose buffer the next step rewrites.
+  Tensor c;
+  if (Tensor sh = detail::shadow_cast(t, dtype); sh.defined()) {
+    c = detail::cast_from_shadow(t, sh);
+  } else {
+    c = t.to(dtype);
+    detail::keep_cast(t, c);
+  }
   t_state.cache[key] = {t.impl_ptr(), c};
   return c;
 }

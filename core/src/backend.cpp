@@ -100,6 +100,20 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
                (buf2.empty() || buf2.size() == n),
            op, "parameter, gradient, state and step lists differ in length (", n, " parameters)");
   if (two_moments) AG_CHECK(buf1.size() == n && buf2.size() == n, op, "expected both moment lists");
+  AG_CHECK(casts.empty() || casts.size() == n, op, "the cast list has ", casts.size(), " entries for ", n,
+           " parameters");
+  for (size_t i = 0; i < casts.size(); ++i) {
+    const Tensor& c = casts[i];
+    if (!c.defined()) continue;
+    AG_CHECK(params[i].dtype() == kFloat32 && !masters[i].defined(), op, "parameter ", i,
+             " has a cast but is ", dtype_name(params[i].dtype()), masters[i].defined() ? " with a master" : "",
+             " (casts are for float32 parameters without one)");
+    AG_CHECK(is_reduced_floating(c.dtype()) && c.is_contiguous() && c.sizes() == params[i].sizes() &&
+                 c.device() == params[i].device(),
+             op, "the cast of parameter ", i, " must be a contiguous float16 or bfloat16 tensor of shape ",
+             params[i].sizes(), " on ", params[i].device(), ", got ", dtype_name(c.dtype()), " ", c.sizes(),
+             c.is_contiguous() ? "" : " (strided)");
+  }
   if (found_inf.defined())
     AG_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1, op,
              "found_inf must be a float32 tensor of one element");

@@ -30,9 +30,14 @@ double scalar_value(const Tensor& t, const char* op) {
 
 // What every fused step checks and reads once: the lists agree, the step is not skipped
 // (found_inf is read in place: this is the device), and the learning rate.
-bool begin_step(const OptimizerLists& l, const char* op, bool two_moments, double& lr) {
+bool begin_step(CpuBackend& be, const OptimizerLists& l, const char* op, bool two_moments, double& lr) {
   l.check(op, two_moments);
-  if (l.found_inf.defined() && *l.found_inf.data_ptr<float>() != 0.0f) return false;
+  if (l.found_inf.defined() && *l.found_inf.data_ptr<float>() != 0.0f) {
+    // A skipped step still leaves each cast the rounding of its (unchanged) parameter.
+    for (size_t k = 0; k < l.casts.size(); ++k)
+      if (l.casts[k].defined()) be.copy(l.params[k], l.casts[k]);
+    return false;
+  }
   lr = l.lr.tensor.defined() ? scalar_value(l.lr.tensor, op) : l.lr.value;
   return true;
 }
@@ -79,11 +84,16 @@ void for_each_piece(const TensorList& params, const Body& body) {
   });
 }
 
+// The cast that step k writes (OptimizerLists::casts), or null.
+const Tensor* cast_of(const OptimizerLists& l, size_t k) {
+  return k < l.casts.size() && l.casts[k].defined() ? &l.casts[k] : nullptr;
+}
+
 }  // namespace
 
 void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   double lr_value;
-  if (!begin_step(l, "SGD", false, lr_value)) return;
+  if (!begin_step(*this, l, "SGD", false, lr_value)) return;
   const bool nesterov = s.nesterov;
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
@@ -94,9 +104,12 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
       const T* g = l.grads[k].data_ptr<T>();
       float* buf = l.buf1.empty() || !l.buf1[k].defined() ? nullptr : l.buf1[k].data_ptr<float>();
       float* m = l.masters[k].defined() ? l.masters[k].data_ptr<float>() : nullptr;
+      const Tensor* c = cast_of(l, k);
       const A lr = A(lr_value), mom = A(s.momentum), damp = A(1 - s.dampening), wd = A(s.weight_decay);
-      // Branch-free loops per (master, momentum) case so that they vectorize, as Adam's.
-      auto run = [&]<bool kMaster, bool kMomentum>() {
+      // Branch-free loops per (master, momentum, cast) case so that they vectorize, as Adam's.
+      auto run = [&]<bool kMaster, bool kMomentum, class C = void>() {
+        C* cp = nullptr;
+        if constexpr (!std::is_void_v<C>) cp = static_cast<C*>(c->raw_data());
 #pragma omp simd
         for (int64_t i = b; i < e; ++i) {
           A w;
@@ -111,8 +124,16 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
           w -= lr * d;
           if constexpr (kMaster) m[i] = float(w);
           p[i] = cast<T>(w);
+          if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
         }
       };
+      if constexpr (std::is_same_v<T, float>) {
+        if (c) {
+          const bool bf = c->dtype() == kBFloat16;
+          if (buf) return bf ? run.template operator()<false, true, BFloat16>() : run.template operator()<false, true, Half>();
+          return bf ? run.template operator()<false, false, BFloat16>() : run.template operator()<false, false, Half>();
+        }
+      }
       if (m && buf) run.template operator()<true, true>();
       else if (m) run.template operator()<true, false>();
       else if (buf) run.template operator()<false, true>();
@@ -130,6 +151,8 @@ struct AdamPiece {
   T* p;
   const T* g;
   float *m1, *m2, *mw;  // moments, and the float32 master (null without one)
+  void* c = nullptr;     // the cast's float16 or bfloat16 elements (float parameters), or null
+  bool c_bf16 = false;
   int64_t b, e;
   A b1, b2, eps, omb1, omb2, bc2_sqrt, step_size, decay, l2;
 };
@@ -137,12 +160,13 @@ struct AdamPiece {
 // The update, one loop per master/no-master case, without branches or assumed aliasing,
 // so that it vectorizes (it did not with the branch inside: a third of a small model's
 // step). Inlined into each ISA's variant below.
-template <class T, bool kMaster>
+template <class T, bool kMaster, class C = void>
 [[gnu::always_inline]] inline void adam_loop_of(const AdamPiece<T>& a) {
   using A = acc_type_t<T>;
   T* p = a.p;
   const T* g = a.g;
   float *m1 = a.m1, *m2 = a.m2, *mw = a.mw;
+  C* cp = static_cast<C*>(a.c);
 #pragma omp simd
   for (int64_t i = a.b; i < a.e; ++i) {
     A w;
@@ -157,11 +181,15 @@ template <class T, bool kMaster>
     w -= a.step_size * m / (std::sqrt(v) / a.bc2_sqrt + a.eps);
     if constexpr (kMaster) mw[i] = float(w);
     p[i] = cast<T>(w);
+    if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
   }
 }
 
 template <class T>
 [[gnu::always_inline]] inline void adam_loop(const AdamPiece<T>& a) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.c) return a.c_bf16 ? adam_loop_of<T, false, BFloat16>(a) : adam_loop_of<T, false, Half>(a);
+  }
   if (a.mw) adam_loop_of<T, true>(a);
   else adam_loop_of<T, false>(a);
 }
@@ -189,7 +217,7 @@ void run_adam(const AdamPiece<T>& a) {
 void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
   const char* op = s.decoupled ? "AdamW" : "Adam";
   double lr_value;
-  if (!begin_step(l, op, true, lr_value)) return;
+  if (!begin_step(*this, l, op, true, lr_value)) return;
   // Each parameter's bias corrections, at its own 1-based step.
   struct Corr {
     double bc1, bc2_sqrt;
@@ -209,6 +237,10 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       a.m1 = l.buf1[k].data_ptr<float>();
       a.m2 = l.buf2[k].data_ptr<float>();
       a.mw = l.masters[k].defined() ? l.masters[k].data_ptr<float>() : nullptr;
+      if (const Tensor* c = cast_of(l, k)) {
+        a.c = c->raw_data();
+        a.c_bf16 = c->dtype() == kBFloat16;
+      }
       a.b = b;
       a.e = e;
       a.b1 = A(s.beta1), a.b2 = A(s.beta2), a.eps = A(s.eps);

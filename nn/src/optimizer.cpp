@@ -6,6 +6,7 @@
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
+#include "ampgrad/cast_shadow.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
@@ -220,6 +221,11 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       if (s.buf2.defined()) l.buf2.push_back(s.buf2);
       l.masters.push_back(master_for(s, p, uses_master_weights(g)));
       l.steps.push_back(s.step);
+      // The shadow autocast keeps of p, written by this step where it can be (see
+      // ampgrad/cast_shadow.h); the lists hold an undefined entry for the rest.
+      const bool casts = writes_casts() && p.dtype() == kFloat32 && !l.masters.back().defined() &&
+                         backend(p.device(), name()).optimizer_writes_casts();
+      l.casts.push_back(casts ? detail::shadow_buffer(p) : Tensor());
     }
     for (size_t k = 0; k < lists.size(); ++k) {
       OptimizerLists& l = lists[k];
@@ -229,7 +235,17 @@ StepResult Optimizer::step(const Tensor& found_inf) {
                " is on ", l.lr.tensor.defined() ? l.lr.tensor.device() : dev, " but its parameters on ", dev);
       // (a copy between devices when the flag lives elsewhere: never a host sync)
       if (found_inf.defined()) l.found_inf = found_inf.device() == dev ? found_inf : found_inf.to(dev);
+      bool any_cast = false;
+      for (const Tensor& c : l.casts) any_cast = any_cast || c.defined();
+      if (!any_cast) l.casts.clear();
       step_lists(g, l);
+      // The parameters were written in place (a skipped step included: the host does not
+      // know), so whatever was derived from their old values is stale; the casts written
+      // along with them are the current ones.
+      for (size_t i = 0; i < l.params.size(); ++i) {
+        detail::bump_version(l.params[i]);
+        if (!l.casts.empty() && l.casts[i].defined()) detail::shadow_written(l.params[i]);
+      }
     }
   }
   // The count advances on the device: by one, or by one unless the step was skipped.

@@ -97,9 +97,13 @@ struct LearningRate {
 /// element) counts the updates applied to params[i] and is incremented by the step.
 /// found_inf (float32, one element, or undefined): when nonzero the whole call writes
 /// nothing — parameters, state and step counters keep their values (a step the grad scaler
-/// skips, decided on the device).
+/// skips, decided on the device) — except casts.
+/// casts (empty, or one per parameter; only for backends whose optimizer_writes_casts()):
+/// where casts[i] is defined (contiguous, float16 or bfloat16, params[i]'s shape; params[i]
+/// float32 without a master), it receives params[i]'s value after the call rounded to its
+/// dtype, as to_dtype rounds, also when found_inf skips the update.
 struct OptimizerLists {
-  TensorList params, grads, buf1, buf2, masters, steps;
+  TensorList params, grads, buf1, buf2, masters, steps, casts;
   LearningRate lr;
   Tensor found_inf;
   /// What every backend's step checks first: the lists have one length (state lists may be
@@ -168,6 +172,11 @@ class Backend {
   /// bit for bit without the cast's pass over memory (a float32 residual plus a 16-bit
   /// branch under autocast). false here: the op casts the operands first.
   virtual bool binary_widens(BinaryOp op) const { return false; }
+  /// Whether sgd_step and adam_step take OptimizerLists::casts: the 16-bit rounding of each
+  /// updated float32 parameter written in the step's own pass, so that autocast's next cast
+  /// of it is a read of that rounding (ampgrad/autograd.h, cast shadows). false here: the
+  /// optimizer passes no casts, and autocast casts each parameter again.
+  virtual bool optimizer_writes_casts() const { return false; }
 
   // ---- memory ------------------------------------------------------------------------
   // Memory is stream-ordered: a block is allocated for use on a stream and freed on it.

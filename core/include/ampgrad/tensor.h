@@ -282,6 +282,12 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into grad
   std::vector<GradHook> hooks;           // leaves: run before accumulation
   std::vector<PostAccumulateHook> post_accumulate_hooks;  // leaves: run after it
+  // Leaves: the cast shadow (ampgrad/cast_shadow.h), a 16-bit rounding of the value that an
+  // optimizer step writes along with the update; valid while the storage's version is
+  // cast_shadow_version.
+  Tensor cast_shadow;
+  uint64_t cast_shadow_version = 0;
+  bool cast_shadow_valid = false;
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

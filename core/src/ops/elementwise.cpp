@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "ampgrad/cast_shadow.h"
 #include "ampgrad/dispatch.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
@@ -629,15 +630,28 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
   return where_op(mask, value, x, x.dtype());
 }
 
+namespace {
+// The autograd of a cast: the gradient passes through, and the engine converts it to the
+// input's dtype (cast_output).
+void record_cast(const Tensor& x, const Tensor& out) {
+  if (is_floating(out.dtype()) && any_requires_grad({&x})) {
+    auto node = record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+    if (node) node->cast_output = out.dtype();
+  }
+}
+}  // namespace
+
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
   Tensor out = make_tensor(x.sizes(), dtype, x.device(), "to");
   backend(x.device(), "to").copy(x, out);
-  if (is_floating(dtype) && any_requires_grad({&x})) {
-    auto node = record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
-    if (node) node->cast_output = dtype;
-  }
+  record_cast(x, out);
   return out;
+}
+
+Tensor detail::cast_from_shadow(const Tensor& x, const Tensor& shadow) {
+  record_cast(x, shadow);
+  return shadow;
 }
 
 // ---- operators ------------------------------------------------------------------------------
