@@ -29,8 +29,10 @@ AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.unsafe_impl()->a
 Tensor shadow_cast(const Tensor& t, DType dtype) {
   const std::lock_guard<std::mutex> lock(shadow_mutex());
   const AutogradMeta* m = meta_of(t);
+  // The version alone is not enough: a parameter given new storage (a dtype round trip)
+  // restarts its count.
   if (!m || !m->cast_shadow_valid || !m->cast_shadow.defined() || m->cast_shadow.dtype() != dtype ||
-      m->cast_shadow_version != t.version())
+      m->cast_shadow_version != t.version() || m->cast_shadow_of.lock() != t.unsafe_impl()->storage)
     return Tensor();
   return alias(m->cast_shadow);
 }
@@ -60,6 +62,7 @@ void shadow_written(const Tensor& t) {
   AutogradMeta* m = meta_of(t);
   if (!m || !m->cast_shadow.defined()) return;
   m->cast_shadow_version = t.version();
+  m->cast_shadow_of = t.unsafe_impl()->storage;
   m->cast_shadow_valid = true;
 }
 

@@ -102,6 +102,24 @@ TEST(CastShadow, AnInPlaceWriteAfterTheStepMakesAutocastCastAgain) {
   EXPECT_TRUE(same_bits(c, n.w1.detach().to(kBFloat16)));
 }
 
+// New storage restarts the version count: a parameter given new values whose version has
+// caught up with the shadow's must still not get the old shadow.
+TEST(CastShadow, NewStorageWithTheSameVersionIsNotFooledByTheOldShadow) {
+  Net n(6);
+  optim::SGD opt(n.params(), {.lr = 0.1});
+  const Tensor x = randn({16, 32}), y = randint(0, 10, {16});
+  train_step(n, opt, kBFloat16, true, x, y);
+  const uint64_t v = n.w1.version();
+  ASSERT_TRUE(detail::shadow_cast(n.w1, kBFloat16).defined());
+  const Tensor fresh = randn({48, 32});
+  while (fresh.version() < v) detail::bump_version(fresh);
+  nn::set_data(n.w1, fresh);
+  ASSERT_EQ(n.w1.version(), v);
+  EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
+  AutocastGuard g(kCPU, kBFloat16);
+  EXPECT_TRUE(same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], fresh.to(kBFloat16)));
+}
+
 TEST(CastShadow, ACastStillHeldKeepsItsValuesAndTheStepWritesANewBuffer) {
   Net n(5);
   optim::AdamW opt(n.params(), {.lr = 1e-2});

@@ -283,9 +283,10 @@ struct AutogradMeta {
   std::vector<GradHook> hooks;           // leaves: run before accumulation
   std::vector<PostAccumulateHook> post_accumulate_hooks;  // leaves: run after it
   // Leaves: the cast shadow (ampgrad/cast_shadow.h), a 16-bit rounding of the value that an
-  // optimizer step writes along with the update; valid while the storage's version is
-  // cast_shadow_version.
+  // optimizer step writes along with the update; valid while the tensor's storage is still
+  // cast_shadow_of and its version cast_shadow_version.
   Tensor cast_shadow;
+  std::weak_ptr<Storage> cast_shadow_of;
   uint64_t cast_shadow_version = 0;
   bool cast_shadow_valid = false;
 };
