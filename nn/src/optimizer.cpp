@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <typeinfo>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
@@ -275,6 +276,8 @@ void SGD::init_state(size_t g, const Tensor& p, ParamState& s) {
   if (o.momentum != 0 && !s.buf1.defined()) s.buf1 = zeros(p.sizes().vec(), TensorOptions(kFloat32).device(p.device()));
 }
 
+bool SGD::writes_casts() const { return typeid(*this) == typeid(SGD); }
+
 void SGD::step_lists(size_t g, const OptimizerLists& lists) {
   const auto& o = options_[g];
   backend(lists.params.front().device(), "SGD")
@@ -317,6 +320,8 @@ void Adam::init_state(size_t g, const Tensor& p, ParamState& s) {
   if (!s.buf1.defined()) s.buf1 = zeros(p.sizes().vec(), opts);
   if (!s.buf2.defined()) s.buf2 = zeros(p.sizes().vec(), opts);
 }
+
+bool Adam::writes_casts() const { return typeid(*this) == typeid(Adam) || typeid(*this) == typeid(AdamW); }
 
 void Adam::step_lists(size_t g, const OptimizerLists& lists) {
   const auto& o = options_[g];

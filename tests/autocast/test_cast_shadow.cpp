@@ -182,6 +182,32 @@ TEST(CastShadow, TheStepBumpsTheVersionAndInferenceKeepsNoShadow) {
   EXPECT_GT(n.w1.version(), v);  // written in place: what was derived from the old value is stale
 }
 
+// A class derived from SGD may update its parameters its own way: it gets no casts unless
+// it says it writes them, so autocast casts afresh after its steps.
+namespace {
+class HalvingSgd : public optim::SGD {
+ public:
+  using SGD::SGD;
+
+ protected:
+  void step_lists(size_t, const OptimizerLists& l) override {
+    EXPECT_TRUE(l.casts.empty());
+    for (Tensor p : l.params) p.mul_(0.5f);
+  }
+};
+}  // namespace
+
+TEST(CastShadow, ADerivedOptimizerGetsNoCastsUnlessItSaysSo) {
+  Net n(8);
+  HalvingSgd opt(n.params(), {.lr = 0.1});
+  const Tensor x = randn({16, 32}), y = randint(0, 10, {16});
+  train_step(n, opt, kBFloat16, true, x, y);
+  train_step(n, opt, kBFloat16, true, x, y);
+  EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
+  AutocastGuard g(kCPU, kBFloat16);
+  EXPECT_TRUE(same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], n.w1.detach().to(kBFloat16)));
+}
+
 TEST(CastShadow, BadCastListsAreRefusedByName) {
   Tensor p = randn({4, 4}), g = randn({4, 4});
   OptimizerLists l;

@@ -89,9 +89,11 @@ class Optimizer {
   virtual void init_state(size_t group, const Tensor& param, ParamState& s) = 0;
   /// One fused backend call over `lists` (parameters of one group, device and dtype).
   virtual void step_lists(size_t group, const OptimizerLists& lists) = 0;
-  /// Whether step_lists hands lists.casts to the backend, which writes them (SGD, Adam:
-  /// true). An optimizer that says false gets no casts, and autocast casts its parameters
-  /// afresh after each step (ampgrad/cast_shadow.h).
+  /// Whether step_lists hands lists.casts to the backend, which writes them (SGD, Adam and
+  /// AdamW themselves: true; a class derived from them says false unless it overrides this
+  /// too, since its step_lists may update the parameters some other way). An optimizer
+  /// that says false gets no casts, and autocast casts its parameters afresh after each
+  /// step (ampgrad/cast_shadow.h).
   virtual bool writes_casts() const { return false; }
   /// The float32 copy to update, or undefined when the parameter itself is updated.
   Tensor master_for(ParamState& s, const Tensor& param, bool master_weights);
@@ -128,7 +130,7 @@ class SGD : public Optimizer {
  protected:
   void init_state(size_t group, const Tensor& param, ParamState& s) override;
   void step_lists(size_t group, const OptimizerLists& lists) override;
-  bool writes_casts() const override { return true; }
+  bool writes_casts() const override;
   const char* name() const override { return "SGD"; }
   bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
 
@@ -167,7 +169,7 @@ class Adam : public Optimizer {
  protected:
   void init_state(size_t group, const Tensor& param, ParamState& s) override;
   void step_lists(size_t group, const OptimizerLists& lists) override;
-  bool writes_casts() const override { return true; }
+  bool writes_casts() const override;
   const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
   bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}
