@@ -42,6 +42,7 @@ class CpuBackend final : public Backend {
   void binary(BinaryOp op, const Operand& a, const Operand& b, const Tensor& out) override;
   bool binary_widens(BinaryOp op) const override;
   bool optimizer_writes_casts() const override { return true; }
+  bool layer_norm_narrows() const override { return true; }
   void compare(CompareOp op, const Operand& a, const Operand& b, const Tensor& out) override;
   void where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) override;
 

@@ -171,7 +171,14 @@ struct LnForward {
   A* rstd;
   int64_t inner;
   A eps;
+  DType y16 = kFloat32;  // float rows: y in this 16-bit dtype instead (else kFloat32)
 };
+
+// Stores n floats of buf as row r of 16-bit y (dtype dt).
+inline void store_row16(const float* buf, char* y, DType dt, int64_t r, int64_t n) {
+  if (dt == kBFloat16) store_acc<BFloat16>(buf, y + r * n * 2, 2, n);
+  else store_acc<Half>(buf, y + r * n * 2, 2, n);
+}
 
 template <class T>
 [[gnu::always_inline]] inline void ln_forward_rows(const LnForward<T>& a, int64_t rb, int64_t re,
@@ -184,7 +191,7 @@ template <class T>
     A* out = buf;
     if constexpr (std::is_same_v<T, A>) {
       v = reinterpret_cast<const A*>(a.x + r * n * sz);
-      out = reinterpret_cast<A*>(a.y + r * n * sz);
+      if (a.y16 == kFloat32) out = reinterpret_cast<A*>(a.y + r * n * sz);
     } else {
       load_acc<T>(a.x + r * n * sz, sz, buf, n);
     }
@@ -209,6 +216,8 @@ template <class T>
     else
       for (i = 0; i < n; ++i) out[i] = (v[i] - mu) * rs;
     if constexpr (!std::is_same_v<T, A>) store_acc<T>(buf, a.y + r * n * sz, sz, n);
+    else if constexpr (std::is_same_v<T, float>)
+      if (a.y16 != kFloat32) store_row16(buf, a.y, a.y16, r, n);
     a.mean[r] = mu;
     a.rstd[r] = rs;
   }
@@ -226,6 +235,7 @@ struct LnBackward {
   const A* mean;
   const A* rstd;
   int64_t inner;
+  DType g16 = kFloat32;  // float rows: g in this 16-bit dtype instead (else kFloat32)
 };
 
 // A task's buffers: one row of the gradient and of x (used only for 16-bit rows, which are
@@ -260,6 +270,10 @@ template <class T>
     if constexpr (std::is_same_v<T, A>) {
       g = reinterpret_cast<const A*>(a.g + r * n * sz);
       x = reinterpret_cast<const A*>(a.x + r * n * sz);
+      if constexpr (std::is_same_v<T, float>) {
+        if (a.g16 == kBFloat16) load_acc<BFloat16>(a.g + r * n * 2, 2, s.g, n), g = s.g;
+        else if (a.g16 == kFloat16) load_acc<Half>(a.g + r * n * 2, 2, s.g, n), g = s.g;
+      }
     } else {
       load_acc<T>(a.g + r * n * sz, sz, s.g, n);
       load_acc<T>(a.x + r * n * sz, sz, s.xh, n);
@@ -369,9 +383,10 @@ void CpuBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight
     std::vector<A> w, b;  // widened once, shared by all rows
     if (weight.defined()) w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
     if (bias.defined()) b.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(bias.raw_data()), sz, b.data(), inner);
-    const LnForward<T> a{static_cast<const char*>(x.raw_data()), static_cast<char*>(y.raw_data()),
-                         w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
-                         static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), inner, A(eps)};
+    LnForward<T> a{static_cast<const char*>(x.raw_data()), static_cast<char*>(y.raw_data()),
+                   w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
+                   static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), inner, A(eps)};
+    if (y.dtype() != x.dtype()) a.y16 = y.dtype();  // float32 x, 16-bit y (layer_norm_narrows)
     parallel_for(0, rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t rb, int64_t re) {
       std::vector<A> v(static_cast<size_t>(inner));
       run_ln_forward(a, rb, re, v.data());
@@ -403,13 +418,14 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
     // chunks depends only on the shape.
     const int64_t chunks = std::clamp<int64_t>(rows * inner / 32768, 1, std::min<int64_t>(rows, 64));
     std::vector<A> pw(want_w ? size_t(chunks * inner) : 0, A(0)), pb(want_b ? size_t(chunks * inner) : 0, A(0));
-    const LnBackward<T> a{static_cast<const char*>(grad_out.raw_data()), static_cast<const char*>(x.raw_data()),
-                          want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr, w.data(),
-                          static_cast<const A*>(mean.raw_data()), static_cast<const A*>(rstd.raw_data()), inner};
+    LnBackward<T> a{static_cast<const char*>(grad_out.raw_data()), static_cast<const char*>(x.raw_data()),
+                    want_x ? static_cast<char*>(grad_in.raw_data()) : nullptr, w.data(),
+                    static_cast<const A*>(mean.raw_data()), static_cast<const A*>(rstd.raw_data()), inner};
+    if (grad_out.dtype() != x.dtype()) a.g16 = grad_out.dtype();  // float32 x, 16-bit g
     parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
       // rows of 16-bit g and x widened (unused for float), and the block column sums
-      std::vector<A> g(std::is_same_v<T, A> ? 0 : size_t(inner)), xv(g.size()), bw(size_t(inner), A(0)),
-          bb(size_t(inner), A(0));
+      std::vector<A> g(std::is_same_v<T, A> && a.g16 == kFloat32 ? 0 : size_t(inner)), xv(g.size()),
+          bw(size_t(inner), A(0)), bb(size_t(inner), A(0));
       const LnScratch<A> sc{g.data(), xv.data(), bw.data(), bb.data()};
       for (int64_t c = cb; c < ce; ++c)
         run_ln_backward(a, rows * c / chunks, rows * (c + 1) / chunks, want_w ? pw.data() + c * inner : nullptr,

@@ -1,7 +1,9 @@
 #include "ampgrad/nn/layers.h"
 
 #include <cmath>
+#include <typeinfo>
 
+#include "ampgrad/autocast/autocast.h"
 #include "ampgrad/factories.h"
 #include "ampgrad/nn/init.h"
 #include "ampgrad/ops/elementwise.h"
@@ -84,6 +86,16 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, double e, bool affine)
 }
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
 
+Tensor norm_for_product(LayerNorm& ln, const Tensor& x, const char* op) {
+  const DeviceType type = x.device().type;
+  const auto f32 = [](const Tensor& t) { return !t.defined() || t.dtype() == kFloat32; };
+  if (typeid(ln) == typeid(LayerNorm) && autocast::is_enabled(type) &&
+      autocast::policy(op, type) == CastPolicy::LowerPrecision && x.dtype() == kFloat32 && f32(ln.weight) &&
+      f32(ln.bias))
+    return layer_norm_to(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, autocast::get_dtype(type));
+  return ln.forward(x);
+}
+
 Embedding::Embedding(int64_t num, int64_t dim) : Module("Embedding") {
   AG_CHECK(num > 0 && dim > 0, "Embedding", "sizes must be positive, got ", num, " and ", dim);
   weight = register_parameter("weight", empty({num, dim}));
@@ -133,8 +145,9 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, int64_t b, double drop,
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln1->forward(x));
-  return h + mlp->forward(ln2->forward(h));
+  // Both norms feed a product (attention's qkv, the MLP's first linear).
+  Tensor h = x + attn->forward(norm_for_product(*ln1, x, "linear"));
+  return h + mlp->forward(norm_for_product(*ln2, h, mlp->fusion() ? "feed_forward" : "linear"));
 }
 
 }  // namespace ampgrad::nn

@@ -413,3 +413,47 @@ TEST(ModelsGptPreset, NanoGptIsTheShakespeareCharacterModel) {
     EXPECT_TRUE(agt::contains(e.what(), "[gpt_preset] unknown preset 'gpt2' (small, nanogpt)")) << e.what();
   }
 }
+
+// Under autocast a block's norms feed their products through layer_norm_to: the block's
+// output and every parameter's gradient are those of the same modules run one by one (the
+// norm in float32, the product's cast) bit for bit; a class derived from LayerNorm runs
+// its own forward.
+TEST(ModelsTransformer, NormsFeedTheirProductsIn16BitsUnderAutocast) {
+  manual_seed(9);
+  const int64_t B = 2, T = 16, C = 32, H = 4;
+  nn::TransformerBlock block(C, H, T);
+  randomize_layer_norms(block);
+  const Tensor x0 = randn({B, T, C}), g = randn({B, T, C});
+  auto grads = [&](bool as_modules) {
+    block.zero_grad();
+    Tensor x = x0.clone().requires_grad_(), y;
+    {
+      AutocastGuard ac(kCPU, kBFloat16);
+      if (as_modules) {
+        Tensor h = x + block.attn->forward(block.ln1->forward(x));
+        y = h + block.mlp->forward(block.ln2->forward(h));
+      } else {
+        y = block.forward(x);
+      }
+    }
+    y.backward(g.to(y.dtype()));
+    std::vector<Tensor> out{y.detach(), x.grad()};
+    for (const Tensor& p : block.parameters()) out.push_back(p.grad());
+    return out;
+  };
+  const auto fused = grads(false), separate = grads(true);
+  ASSERT_EQ(fused.size(), separate.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    ASSERT_EQ(fused[i].dtype(), separate[i].dtype()) << i;
+    EXPECT_TRUE(agt::allclose(fused[i], separate[i], 0, 0)) << "result " << i;
+  }
+  {
+    AutocastGuard ac(kCPU, kBFloat16);
+    EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, "linear").dtype(), kBFloat16);
+    struct MyNorm : nn::LayerNorm {
+      using LayerNorm::LayerNorm;
+    } mine(std::vector<int64_t>{C});
+    EXPECT_EQ(nn::norm_for_product(mine, x0, "linear").dtype(), kFloat32);
+  }
+  EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, "linear").dtype(), kFloat32);  // autocast off
+}

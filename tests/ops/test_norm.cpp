@@ -3,6 +3,7 @@
 // inputs, 16-bit dtypes against float32, gradients by finite differences (including the
 // fused weight/bias reduction over many rows), and the error messages.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "support/testing.h"
@@ -241,4 +242,64 @@ TEST(NormTest, Errors) {
   EXPECT_AG_ERROR(ag::softmax(x, 2), "[softmax] dim 2 is out of range");
   EXPECT_AG_ERROR(ag::log_softmax(x, -3), "[log_softmax] dim -3 is out of range");
   EXPECT_AG_ERROR(ag::softmax(ag::ones({3}, ag::kInt64), 0), "[softmax] expected a floating dtype, got int64");
+}
+
+namespace {
+// Same dtype, shape and bytes.
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << ag::dtype_name(a.dtype()) << " " << a.sizes() << " vs "
+                                         << ag::dtype_name(b.dtype()) << " " << b.sizes();
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  if (std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
+  return ::testing::AssertionSuccess();
+}
+}  // namespace
+
+// layer_norm_to is the float32 norm and the cast after it, in one pass each way on the CPU:
+// output and every gradient must be those of the two ops bit for bit, with and without the
+// affine parameters, for both 16-bit dtypes, rows of several lengths (vector tails too).
+TEST(NormTest, LayerNormToIsTheNormThenTheCastBitForBit) {
+  ASSERT_TRUE(ag::backend(ag::kCPU, "test").layer_norm_narrows());
+  for (ag::DType dt : {ag::kBFloat16, ag::kFloat16})
+    for (int64_t inner : {int64_t(128), int64_t(37), int64_t(384)})
+      for (int affine = 0; affine < 3; ++affine) {
+        SCOPED_TRACE(std::string(ag::dtype_name(dt)) + " inner " + std::to_string(inner) + " affine " +
+                     std::to_string(affine));
+        ag::manual_seed(uint64_t(inner + affine));
+        const Tensor x0 = ag::randn({3, 50, inner}) * 2.0f + 0.5f;
+        const Tensor w0 = affine >= 1 ? ag::randn({inner}) : Tensor(), b0 = affine == 2 ? ag::randn({inner}) : Tensor();
+        const Tensor g = ag::randn({3, 50, inner}).to(dt);
+        auto run = [&](bool fused) {
+          Tensor x = x0.clone().requires_grad_();
+          Tensor w = w0.defined() ? w0.clone().requires_grad_() : Tensor();
+          Tensor b = b0.defined() ? b0.clone().requires_grad_() : Tensor();
+          Tensor y = fused ? ag::layer_norm_to(x, {inner}, w, b, 1e-5, dt) : ag::layer_norm(x, {inner}, w, b).to(dt);
+          y.backward(g);
+          return std::vector<Tensor>{y.detach(), x.grad(), w.defined() ? w.grad() : Tensor(), b.defined() ? b.grad() : Tensor()};
+        };
+        const auto fused = run(true), two_ops = run(false);
+        for (size_t i = 0; i < fused.size(); ++i) {
+          ASSERT_EQ(fused[i].defined(), two_ops[i].defined()) << i;
+          if (fused[i].defined()) EXPECT_TRUE(same_bits(fused[i], two_ops[i])) << "result " << i;
+        }
+        EXPECT_EQ(fused[0].dtype(), dt);
+        EXPECT_EQ(fused[1].dtype(), ag::kFloat32);
+      }
+}
+
+// 16-bit and float64 inputs: cast to float32 as autocast's row would (16-bit), or kept
+// (float64, composed); and the out dtype must be a 16-bit one.
+TEST(NormTest, LayerNormToOtherInputDtypesAndErrors) {
+  ag::manual_seed(5);
+  const Tensor x = ag::randn({4, 16});
+  const Tensor w = ag::randn({16}, ag::kBFloat16);
+  EXPECT_TRUE(same_bits(ag::layer_norm_to(x.to(ag::kBFloat16), {16}, w, Tensor(), 1e-5, ag::kBFloat16),
+                        ag::layer_norm(x.to(ag::kBFloat16).to(ag::kFloat32), {16}, w.to(ag::kFloat32)).to(ag::kBFloat16)));
+  EXPECT_TRUE(same_bits(ag::layer_norm_to(x.to(ag::kFloat64), {16}, Tensor(), Tensor(), 1e-5, ag::kFloat16),
+                        ag::layer_norm(x.to(ag::kFloat64), {16}).to(ag::kFloat16)));
+  EXPECT_AG_ERROR(ag::layer_norm_to(x, {16}, Tensor(), Tensor(), 1e-5, ag::kFloat32),
+                  "[layer_norm_to] out_dtype must be float16 or bfloat16, got float32");
+  EXPECT_AG_ERROR(ag::layer_norm_to(x, {8}, Tensor(), Tensor(), 1e-5, ag::kBFloat16),
+                  "[layer_norm] normalized_shape [8] does not match");
 }

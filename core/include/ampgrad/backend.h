@@ -177,6 +177,11 @@ class Backend {
   /// of it is a read of that rounding (ampgrad/autograd.h, cast shadows). false here: the
   /// optimizer passes no casts, and autocast casts each parameter again.
   virtual bool optimizer_writes_casts() const { return false; }
+  /// Whether layer_norm writes a 16-bit y from float32 x and layer_norm_backward reads a
+  /// 16-bit grad_out for it: the norm and the cast after it in one pass (autocast runs
+  /// layer norm in float32 and the next product casts its output). false here: the op
+  /// writes float32 and casts.
+  virtual bool layer_norm_narrows() const { return false; }
 
   // ---- memory ------------------------------------------------------------------------
   // Memory is stream-ordered: a block is allocated for use on a stream and freed on it.
@@ -343,10 +348,14 @@ class Backend {
   virtual void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,
                                 const Tensor& grad_in);
   /// Layer norm over the last `inner` elements of contiguous x. weight/bias [inner] or
-  /// undefined. mean and rstd are float32 (float64 for float64 x), one per row.
+  /// undefined. mean and rstd are float32 (float64 for float64 x), one per row. y has x's
+  /// dtype, or, where layer_norm_narrows(), float16 or bfloat16 for float32 x: the float32
+  /// result rounded as to_dtype rounds.
   virtual void layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias,
                           double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd);
   /// grad_w/grad_b may be undefined (no weight, or not needed); grad_in may be undefined.
+  /// grad_out has x's dtype, or, where layer_norm_narrows(), float16 or bfloat16 for
+  /// float32 x (widened exactly as it is read); the gradients have x's dtype.
   virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                    const Tensor& grad_w, const Tensor& grad_b);

@@ -7,6 +7,7 @@
 // one dtype: x, weight and bias are promoted together, and the engine casts each gradient
 // back to its input's dtype.
 #include <cmath>
+#include <optional>
 
 #include "ampgrad/dispatch.h"
 #include "ampgrad/ops/nn.h"
@@ -48,10 +49,12 @@ Tensor log_softmax(const Tensor& x, int64_t dim) {
   return softmax_impl(x, dim, true);
 }
 
-Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
-  if (auto in = dispatch::autocast("layer_norm", x, weight, bias))
-    return layer_norm((*in)[0], normalized_shape, (*in)[1], (*in)[2], eps);
+namespace {
+
+// layer_norm; with `narrow` (a 16-bit dtype, for float32 inputs on a backend that
+// layer_norm_narrows) the output and its gradient are in that dtype.
+Tensor layer_norm_impl(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                       const Tensor& bias, double eps, std::optional<DType> narrow) {
   detail::check_defined(x, "layer_norm", "input");
   AG_CHECK(is_floating(x.dtype()), "layer_norm", "expected a floating dtype, got ", dtype_name(x.dtype()));
   const Shape ns(normalized_shape);
@@ -79,17 +82,19 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
   };
   const Tensor xc = prep(x), wc = prep(weight), bc = prep(bias);
   const DType stat_dt = dt == kFloat64 ? kFloat64 : kFloat32;
-  Tensor y = make_tensor(x.sizes(), dt, x.device());
+  const DType out = narrow ? *narrow : dt;
+  Tensor y = make_tensor(x.sizes(), out, x.device());
   Tensor mean = make_tensor({rows}, stat_dt, x.device());
   Tensor rstd = make_tensor({rows}, stat_dt, x.device());
   backend(x.device(), "layer_norm").layer_norm(xc, inner, wc, bc, eps, y, mean, rstd);
   if (any_requires_grad({&x, &weight, &bias}))
     record("layer_norm", {x, weight, bias}, {y},
-           [sx = SavedTensor(xc), sw = wc.defined() ? SavedTensor(wc) : SavedTensor(), mean, rstd, ns, dt](
+           [sx = SavedTensor(xc), sw = wc.defined() ? SavedTensor(wc) : SavedTensor(), mean, rstd, ns, dt, out](
                const TensorList& g, GradMask need) -> TensorList {
              const Tensor& xs = sx.get();
              const Tensor w = sw.defined() ? sw.get() : Tensor();
-             const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], dt));
+             // A narrowed output's 16-bit gradient is read as it is (widened in the kernel).
+             const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], g[0].dtype() == out ? out : dt));
              Tensor gi = need[0] ? make_tensor(xs.sizes(), dt, xs.device()) : Tensor();
              Tensor gw = need[1] ? make_tensor(ns, dt, xs.device()) : Tensor();
              Tensor gb = need[2] ? make_tensor(ns, dt, xs.device()) : Tensor();
@@ -97,6 +102,32 @@ Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
              return {gi, gw, gb};
            });
   return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  if (auto in = dispatch::autocast("layer_norm", x, weight, bias))
+    return layer_norm((*in)[0], normalized_shape, (*in)[1], (*in)[2], eps);
+  return layer_norm_impl(x, normalized_shape, weight, bias, eps, std::nullopt);
+}
+
+Tensor layer_norm_to(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps, DType out_dtype) {
+  AG_CHECK(is_reduced_floating(out_dtype), "layer_norm_to", "out_dtype must be float16 or bfloat16, got ",
+           dtype_name(out_dtype));
+  detail::check_defined(x, "layer_norm_to", "input");
+  // float32 inputs, as autocast's float32 row for layer_norm gives them (float64 stays).
+  const auto f32 = [](const Tensor& t) {
+    return t.defined() && is_floating(t.dtype()) && t.dtype() != kFloat64 ? t.to(kFloat32) : t;
+  };
+  const Tensor xf = f32(x), wf = f32(weight), bf = f32(bias);
+  const bool all32 = xf.dtype() == kFloat32 && (!wf.defined() || wf.dtype() == kFloat32) &&
+                     (!bf.defined() || bf.dtype() == kFloat32);
+  if (all32 && backend(x.device(), "layer_norm_to").layer_norm_narrows())
+    return layer_norm_impl(xf, normalized_shape, wf, bf, eps, out_dtype);
+  return layer_norm_impl(xf, normalized_shape, wf, bf, eps, std::nullopt).to(out_dtype);
 }
 
 }  // namespace ampgrad

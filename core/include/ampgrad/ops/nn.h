@@ -32,6 +32,14 @@ Tensor log_softmax(const Tensor& x, int64_t dim);
 Tensor layer_norm(const Tensor& x, const std::vector<int64_t>& normalized_shape,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
                   double eps = 1e-5);
+/// layer_norm(x, ...) computed in float32 and then .to(out_dtype) (float16 or bfloat16):
+/// what a layer norm feeding a 16-bit product under autocast does (its row is float32, the
+/// product casts its input). Where the backend can (Backend::layer_norm_narrows) it is one
+/// pass each way, the norm writing the 16-bit output and its backward reading the 16-bit
+/// gradient; the values and gradients are those of the two ops bit for bit. x, weight and
+/// bias are cast to float32 first, as autocast's float32 row casts them; float64 stays.
+Tensor layer_norm_to(const Tensor& x, const std::vector<int64_t>& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps, DType out_dtype);
 /// Rows of weight [num, dim] picked by int64 indices.
 Tensor embedding(const Tensor& indices, const Tensor& weight);
 /// Zeroes elements with probability p and scales the rest by 1/(1-p) when training.

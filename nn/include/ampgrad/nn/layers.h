@@ -103,6 +103,13 @@ class LayerNorm : public Module {
   Tensor weight, bias;
 };
 
+/// ln(x) for a product op ("linear", "feed_forward") that runs on it next. Under autocast,
+/// where that op's row on x's device is lower precision and x and ln's parameters are
+/// float32, the norm writes the product's 16-bit input itself (layer_norm_to: the same bits
+/// and gradients as ln's float32 output cast by the product, one pass fewer each way).
+/// Anything else, a class derived from LayerNorm included, is ln.forward(x).
+Tensor norm_for_product(LayerNorm& ln, const Tensor& x, const char* op);
+
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t embedding_dim);
