@@ -5,23 +5,11 @@
 // still holds the cast it backs.
 #include "support/testing.h"
 
-#include <cstring>
-
 #include "ampgrad/cast_shadow.h"
 
 using namespace ag;
 
 namespace {
-
-// Same dtype, shape and bytes.
-::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
-    return ::testing::AssertionFailure() << dtype_name(a.dtype()) << " " << a.sizes() << " vs "
-                                         << dtype_name(b.dtype()) << " " << b.sizes();
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  if (std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
-  return ::testing::AssertionSuccess();
-}
 
 struct Net {
   Tensor w1, b1, w2, b2;
@@ -73,7 +61,7 @@ TEST(CastShadow, TrainingMatchesAFreshCastEveryStepBitForBit) {
         // From the first step on the shadow is the written rounding of the new value...
         const Tensor sh = detail::shadow_cast(shadowed.w1, dt);
         ASSERT_TRUE(sh.defined()) << "step " << step;
-        EXPECT_TRUE(same_bits(sh, shadowed.w1.detach().to(dt)));
+        EXPECT_TRUE(agt::same_bits(sh, shadowed.w1.detach().to(dt)));
         // ...and what autocast's next cast gives out: the same memory, with the autograd
         // edge to the parameter.
         AutocastGuard g(kCPU, dt);
@@ -81,7 +69,7 @@ TEST(CastShadow, TrainingMatchesAFreshCastEveryStepBitForBit) {
         EXPECT_TRUE(c.is_alias_of(sh));
         EXPECT_NE(c.grad_fn(), nullptr);
       }
-      for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(same_bits(shadowed.params()[i], fresh.params()[i])) << "param " << i;
+      for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(agt::same_bits(shadowed.params()[i], fresh.params()[i])) << "param " << i;
     }
 }
 
@@ -99,7 +87,7 @@ TEST(CastShadow, AnInPlaceWriteAfterTheStepMakesAutocastCastAgain) {
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
   const Tensor c = autocast::cast_inputs("linear", {x, n.w1})[1];
-  EXPECT_TRUE(same_bits(c, n.w1.detach().to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(c, n.w1.detach().to(kBFloat16)));
 }
 
 // New storage restarts the version count: a parameter given new values whose version has
@@ -117,7 +105,7 @@ TEST(CastShadow, NewStorageWithTheSameVersionIsNotFooledByTheOldShadow) {
   ASSERT_EQ(n.w1.version(), v);
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  EXPECT_TRUE(same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], fresh.to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], fresh.to(kBFloat16)));
 }
 
 TEST(CastShadow, ACastStillHeldKeepsItsValuesAndTheStepWritesANewBuffer) {
@@ -135,11 +123,11 @@ TEST(CastShadow, ACastStillHeldKeepsItsValuesAndTheStepWritesANewBuffer) {
   opt.zero_grad();
   loss.backward();
   opt.step();
-  EXPECT_TRUE(same_bits(held, before));
+  EXPECT_TRUE(agt::same_bits(held, before));
   const Tensor sh = detail::shadow_cast(n.w1, kBFloat16);
   ASSERT_TRUE(sh.defined());
   EXPECT_FALSE(sh.is_alias_of(held));
-  EXPECT_TRUE(same_bits(sh, n.w1.detach().to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(sh, n.w1.detach().to(kBFloat16)));
 }
 
 TEST(CastShadow, ASkippedStepLeavesTheRoundingOfTheUnchangedParameter) {
@@ -158,11 +146,11 @@ TEST(CastShadow, ASkippedStepLeavesTheRoundingOfTheUnchangedParameter) {
   loss.backward();
   const Tensor w_before = n.w1.detach().clone();
   opt.step(full({}, 1.0, kFloat32));  // found_inf: the update is skipped
-  EXPECT_TRUE(same_bits(n.w1, w_before));
+  EXPECT_TRUE(agt::same_bits(n.w1, w_before));
   const Tensor sh = detail::shadow_cast(n.w1, kBFloat16);
   ASSERT_TRUE(sh.defined());
   EXPECT_FALSE(sh.is_alias_of(held));
-  EXPECT_TRUE(same_bits(sh, w_before.to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(sh, w_before.to(kBFloat16)));
 }
 
 TEST(CastShadow, TheStepBumpsTheVersionAndInferenceKeepsNoShadow) {
@@ -205,7 +193,7 @@ TEST(CastShadow, ADerivedOptimizerGetsNoCastsUnlessItSaysSo) {
   train_step(n, opt, kBFloat16, true, x, y);
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  EXPECT_TRUE(same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], n.w1.detach().to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], n.w1.detach().to(kBFloat16)));
 }
 
 TEST(CastShadow, BadCastListsAreRefusedByName) {
@@ -230,5 +218,5 @@ TEST(CastShadow, BadCastListsAreRefusedByName) {
   expect([&] { be.adam_step(l, {}); }, {"[Adam]", "float16 or bfloat16", "float32"});
   l.casts = {Tensor(), Tensor()};
   expect([&] { be.sgd_step(l, {}); }, {"SGD", "2 entries for 1 parameters"});
-  EXPECT_TRUE(same_bits(p, l.params[0]));  // nothing was written
+  EXPECT_TRUE(agt::same_bits(p, l.params[0]));  // nothing was written
 }

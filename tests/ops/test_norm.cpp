@@ -3,7 +3,6 @@
 // inputs, 16-bit dtypes against float32, gradients by finite differences (including the
 // fused weight/bias reduction over many rows), and the error messages.
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "support/testing.h"
@@ -244,18 +243,6 @@ TEST(NormTest, Errors) {
   EXPECT_AG_ERROR(ag::softmax(ag::ones({3}, ag::kInt64), 0), "[softmax] expected a floating dtype, got int64");
 }
 
-namespace {
-// Same dtype, shape and bytes.
-::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
-    return ::testing::AssertionFailure() << ag::dtype_name(a.dtype()) << " " << a.sizes() << " vs "
-                                         << ag::dtype_name(b.dtype()) << " " << b.sizes();
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  if (std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
-  return ::testing::AssertionSuccess();
-}
-}  // namespace
-
 // layer_norm_to is the float32 norm and the cast after it, in one pass each way on the CPU:
 // output and every gradient must be those of the two ops bit for bit, with and without the
 // affine parameters, for both 16-bit dtypes, rows of several lengths (vector tails too).
@@ -281,7 +268,7 @@ TEST(NormTest, LayerNormToIsTheNormThenTheCastBitForBit) {
         const auto fused = run(true), two_ops = run(false);
         for (size_t i = 0; i < fused.size(); ++i) {
           ASSERT_EQ(fused[i].defined(), two_ops[i].defined()) << i;
-          if (fused[i].defined()) EXPECT_TRUE(same_bits(fused[i], two_ops[i])) << "result " << i;
+          if (fused[i].defined()) EXPECT_TRUE(agt::same_bits(fused[i], two_ops[i])) << "result " << i;
         }
         EXPECT_EQ(fused[0].dtype(), dt);
         EXPECT_EQ(fused[1].dtype(), ag::kFloat32);
@@ -294,9 +281,9 @@ TEST(NormTest, LayerNormToOtherInputDtypesAndErrors) {
   ag::manual_seed(5);
   const Tensor x = ag::randn({4, 16});
   const Tensor w = ag::randn({16}, ag::kBFloat16);
-  EXPECT_TRUE(same_bits(ag::layer_norm_to(x.to(ag::kBFloat16), {16}, w, Tensor(), 1e-5, ag::kBFloat16),
+  EXPECT_TRUE(agt::same_bits(ag::layer_norm_to(x.to(ag::kBFloat16), {16}, w, Tensor(), 1e-5, ag::kBFloat16),
                         ag::layer_norm(x.to(ag::kBFloat16).to(ag::kFloat32), {16}, w.to(ag::kFloat32)).to(ag::kBFloat16)));
-  EXPECT_TRUE(same_bits(ag::layer_norm_to(x.to(ag::kFloat64), {16}, Tensor(), Tensor(), 1e-5, ag::kFloat16),
+  EXPECT_TRUE(agt::same_bits(ag::layer_norm_to(x.to(ag::kFloat64), {16}, Tensor(), Tensor(), 1e-5, ag::kFloat16),
                         ag::layer_norm(x.to(ag::kFloat64), {16}).to(ag::kFloat16)));
   EXPECT_AG_ERROR(ag::layer_norm_to(x, {16}, Tensor(), Tensor(), 1e-5, ag::kFloat32),
                   "[layer_norm_to] out_dtype must be float16 or bfloat16, got float32");

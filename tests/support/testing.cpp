@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -29,6 +30,15 @@ Tol tol_for(ag::DType dt) {
     case ag::kFloat64: return {1e-10, 1e-12};
     default: return {1e-5, 1e-6};
   }
+}
+
+::testing::AssertionResult same_bits(const ag::Tensor& a, const ag::Tensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes() != b.sizes())
+    return ::testing::AssertionFailure() << ag::dtype_name(a.dtype()) << " " << a.sizes() << " vs "
+                                         << ag::dtype_name(b.dtype()) << " " << b.sizes();
+  const ag::Tensor ca = a.contiguous(), cb = b.contiguous();
+  if (std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) != 0) return ::testing::AssertionFailure() << "bits differ";
+  return ::testing::AssertionSuccess();
 }
 
 ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tensor& ref, double rtol,

@@ -28,6 +28,9 @@ Tol tol_for(ag::DType dt);
 inline ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tensor& ref, Tol t) {
   return allclose(got, ref, t.rtol, t.atol);
 }
+/// The same dtype, shape and bytes (for results that must match bit for bit; -0 and +0
+/// or two NaNs with different payloads differ here, unlike allclose(..., 0, 0)).
+::testing::AssertionResult same_bits(const ag::Tensor& a, const ag::Tensor& b);
 
 /// Compares the analytical gradient of f (through backward with a random output
 /// gradient) with central finite differences, for every input that requires grad.
