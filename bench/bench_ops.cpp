@@ -22,6 +22,8 @@
 // (one kernel each way), its peer the five ops it replaced in the GPT (matmul, scale,
 // where-mask, softmax, matmul), in the same run. attention/bfloat16/*: the same with
 // bfloat16 q, k, v and output gradient (the nanoGPT preset's attention under bf16-mixed).
+// layer_norm_to/bfloat16/2048x384/*: the same norm in float32 feeding a bfloat16 product
+// (autocast): layer_norm_to against layer_norm then .to(bfloat16), forward and backward.
 // layer_norm/<dtype>/2048x384/*: one training-step use of layer norm over the nanoGPT
 // preset's activations (8 x 256 tokens, width 384), forward and backward with weight and
 // bias (the gradients dropped after each iteration); its ceiling, copy, makes the same
@@ -249,6 +251,31 @@ void BM_layer_norm(benchmark::State& state, bool ours, ag::DType dt) {
   }
 }
 
+// The norm feeding a bfloat16 product under autocast: float32 x, weight and bias, a
+// bfloat16 output gradient; layer_norm_to (one pass each way) against the two ops.
+void BM_layer_norm_to(benchmark::State& state, bool fused) {
+  try {
+    ag::EnableGradGuard grad;
+    ag::manual_seed(0);
+    const int64_t rows = 2048, width = 384;
+    const ag::Tensor x = ag::randn({rows, width}).requires_grad_(true);
+    const ag::Tensor w = ag::randn({width}).requires_grad_(true), b = ag::randn({width}).requires_grad_(true);
+    const ag::Tensor g = ag::randn({rows, width}).to(ag::kBFloat16);
+    auto step = [&] {
+      const ag::Tensor y = fused ? ag::layer_norm_to(x, {width}, w, b, 1e-5, ag::kBFloat16)
+                                 : ag::layer_norm(x, {width}, w, b).to(ag::kBFloat16);
+      y.backward(g);
+      benchmark::DoNotOptimize(x.grad().raw_data());
+      for (const ag::Tensor* t : {&x, &w, &b}) t->set_grad(ag::Tensor());
+    };
+    step();  // warm the allocator's cache
+    for (auto _ : state) step();
+    state.counters["rows/s"] = benchmark::Counter(double(rows), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_column_sum(benchmark::State& state, bool ours) {
   try {
     ag::NoGradGuard no_grad;
@@ -346,6 +373,10 @@ BENCHMARK_CAPTURE(BM_layer_norm, float32, true, ag::kFloat32)
     ->Name("layer_norm/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32_copy, false, ag::kFloat32)
     ->Name("layer_norm/float32/2048x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm_to, fused, true)
+    ->Name("layer_norm_to/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_layer_norm_to, two_ops, false)
+    ->Name("layer_norm_to/bfloat16/2048x384/two_ops")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, bfloat16, true, ag::kBFloat16)
     ->Name("layer_norm/bfloat16/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, bfloat16_copy, false, ag::kBFloat16)
