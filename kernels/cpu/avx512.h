@@ -50,7 +50,7 @@ __attribute__((target("avx512f"), always_inline)) inline void store_block(const 
                                                                           float beta, float* c, int64_t ldc,
                                                                           __mmask16 last) {
   const __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
     float* crow = c + r * ldc;
 #pragma GCC unroll 4

@@ -25,7 +25,6 @@ namespace {
 constexpr int64_t kMaxM = 64;        // a small product: rows of c,
 constexpr int64_t kMaxNK = 256;      // columns of c and the inner dimension each,
 constexpr int64_t kMaxBt = 64 * 256; // and a transposed b of at most this many elements (64 KiB)
-constexpr int64_t kRows = 4;         // rows of c per register block
 constexpr int64_t kCols = 64;        // columns of c per register block: 4 vectors of 16
 
 #if defined(__x86_64__)
@@ -38,7 +37,7 @@ template <int MR, int NV, bool TA>
 AG_AVX512 inline void block(int64_t k, float alpha, const float* a, int64_t lda, const float* bk, int64_t ldbk,
                             float beta, float* c, int64_t ldc, int64_t i0, int64_t j0, int64_t nc) {
   __m512 acc[MR][NV];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
@@ -51,7 +50,7 @@ AG_AVX512 inline void block(int64_t k, float alpha, const float* a, int64_t lda,
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v)
       b[v] = v == NV - 1 ? _mm512_maskz_loadu_ps(last, brow + 16 * v) : _mm512_loadu_ps(brow + 16 * v);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
       const __m512 ab = _mm512_set1_ps(TA ? ap[p * lda + r] : ap[r * lda + p]);
 #pragma GCC unroll 4
@@ -61,12 +60,16 @@ AG_AVX512 inline void block(int64_t k, float alpha, const float* a, int64_t lda,
   store_block(acc, alpha, beta, c + i0 * ldc + j0, ldc, last);
 }
 
-// The blocks of a column range of nc <= 64 columns, NV = ceil(nc / 16) vectors wide.
+// The blocks of a column range of nc <= 64 columns, NV = ceil(nc / 16) vectors wide: 4
+// rows at a time, or 8 when the range is at most two vectors wide (attention's head size
+// 32), so that 16 accumulators hide the FMA latency and each b row loaded serves 8 rows.
 template <int NV, bool TA>
 AG_AVX512 void columns(int64_t m, int64_t k, float alpha, const float* a, int64_t lda, const float* bk, int64_t ldbk,
                        float beta, float* c, int64_t ldc, int64_t j0, int64_t nc) {
   int64_t i0 = 0;
-  for (; i0 + kRows <= m; i0 += kRows) block<4, NV, TA>(k, alpha, a, lda, bk, ldbk, beta, c, ldc, i0, j0, nc);
+  if constexpr (NV <= 2)
+    for (; i0 + 8 <= m; i0 += 8) block<8, NV, TA>(k, alpha, a, lda, bk, ldbk, beta, c, ldc, i0, j0, nc);
+  for (; i0 + 4 <= m; i0 += 4) block<4, NV, TA>(k, alpha, a, lda, bk, ldbk, beta, c, ldc, i0, j0, nc);
   for (; i0 < m; ++i0) block<1, NV, TA>(k, alpha, a, lda, bk, ldbk, beta, c, ldc, i0, j0, nc);
 }
 

@@ -1,5 +1,5 @@
 // tile_gemm (kernels/cpu/gemm.h), the small products of the attention kernel, against a
-// float64 reference: every transpose combination, sizes around the kernel's 4-row and
+// float64 reference: every transpose combination, sizes around the kernel's 4- and 8-row and
 // 16-lane blocks, beta 0 (old contents ignored, NaN included), 1 and another value, and
 // leading dimensions wider than the rows. small_tile_gemm is checked directly where the CPU
 // has AVX-512 (it declines elsewhere, which is checked too).
@@ -77,8 +77,8 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (int64_t m : {1, 3, 4, 5, 64})
-        for (int64_t n : {1, 15, 16, 17, 33, 64, 65, 130})
+      for (int64_t m : {1, 3, 4, 5, 8, 13, 64})
+        for (int64_t n : {1, 15, 16, 17, 32, 33, 64, 65, 130})
           for (int64_t k : {1, 7, 32, 64})
             for (float beta : {0.0f, 1.0f, -0.5f}) out.push_back({ta, tb, m, n, k, 0.75f, beta});
   return out;
