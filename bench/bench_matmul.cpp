@@ -1,5 +1,6 @@
 // Matmul throughput: ag::matmul against a raw oneDNN matmul primitive, the ceiling on CPU;
-// and the feed-forward block fused against module by module (see BM_feed_forward).
+// a weight gradient's transposed product (BM_weight_grad); and the feed-forward block fused
+// against module by module (see BM_feed_forward).
 //
 // Cases are named "matmul/<dtype>/<N>/<impl>" (impl: ampgrad or onednn) so that
 // scripts/bench_table.py pairs each ampgrad case with its peer. Square N x N row-major
@@ -15,6 +16,7 @@
 
 #include <ampgrad/ampgrad.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -95,6 +97,56 @@ void BM_matmul_onednn(benchmark::State& state, ag::DType, int64_t) {
 }
 #endif
 
+// A linear's weight gradient, dW [out, in] = dY^T X over a batch of 2048 rows, as the
+// small GPT's backward computes it: ag::matmul on the transposed view of dY, against a
+// raw oneDNN matmul primitive reading the same transposed operand (what ampgrad ran before
+// it took sgemm for this form). Rows "weight_grad/float32/<out>x2048x<in>/<impl>".
+void BM_weight_grad(benchmark::State& state, int64_t out, int64_t in, bool ours) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const int64_t rows = 2048;
+    const ag::Tensor dy = ag::randn({rows, out}), x = ag::randn({rows, in});
+    std::function<void()> run;
+#if defined(AMPGRAD_WITH_ONEDNN)
+    const ag::Tensor dw = ag::empty({out, in});
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream strm(eng);
+    using md = dnnl::memory::desc;
+    const md a_md({out, rows}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, out});
+    const md b_md({rows, in}, dnnl::memory::data_type::f32, dnnl::memory::dims{in, 1});
+    const md c_md({out, in}, dnnl::memory::data_type::f32, dnnl::memory::dims{in, 1});
+#if DNNL_VERSION_MAJOR >= 3
+    dnnl::matmul::primitive_desc pd(eng, a_md, b_md, c_md);
+#else
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
+#endif
+    dnnl::matmul prim(pd);
+    const std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, eng, dy.raw_data())},
+                                                     {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, x.raw_data())},
+                                                     {DNNL_ARG_DST, dnnl::memory(c_md, eng, dw.raw_data())}};
+    if (!ours)
+      run = [&] {
+        prim.execute(strm, args);
+        strm.wait();
+      };
+#else
+    if (!ours) return state.SkipWithError("[onednn] skipped: bench built without oneDNN (AMPGRAD_ONEDNN=OFF)");
+#endif
+    if (ours)
+      run = [&] {
+        ag::Tensor g = ag::matmul(dy.t(), x);
+        benchmark::DoNotOptimize(g.raw_data());
+      };
+    run();
+    for (auto _ : state) run();
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(2e-9 * double(rows * out * in), benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 // A transformer feed-forward block, forward and backward, as nn::Sequential runs it: fused
 // (one feed_forward op) or module by module (set_fusion(false)), on the same parameters and
 // input. Rows: [2048, 256] -> 1024 -> 256 (the small GPT preset's tokens per batch) with
@@ -134,6 +186,15 @@ void register_all() {
             ->Unit(benchmark::kMillisecond)
             ->MinTime(0.2);
       }
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{128, 512}, {512, 128}})
+    for (bool ours : {true, false}) {
+      const std::string name = "weight_grad/float32/" + std::to_string(out) + "x2048x" + std::to_string(in) +
+                               (ours ? "/ampgrad" : "/onednn");
+      benchmark::RegisterBenchmark(name.c_str(), [out, in, ours](benchmark::State& st) { BM_weight_grad(st, out, in, ours); })
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->MinTime(0.2);
+    }
   for (ag::DType dt : kDTypes) {
     for (int64_t n : kSizes) {
       const std::string base = std::string("matmul/") + ag::dtype_name(dt) + "/" + std::to_string(n);

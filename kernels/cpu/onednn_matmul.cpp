@@ -122,6 +122,15 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
     if (act != Activation::None) cpu_backend().unary(activation_op(act), out, out, {});
     return;
   }
+  // A weight gradient's product, dY^T X: a transposed and a long inner dimension (the
+  // batch's rows). oneDNN's sgemm reads a transposed a as part of its packing, where the
+  // matmul primitive first copies it: bench_matmul's weight_grad rows, 4-9% less time.
+  if (dtype == kFloat32 && out.dtype() == kFloat32 && g.B == 1 && !bias.defined() && act == Activation::None &&
+      !mul && !g.a.row_major() && g.K >= 512 &&
+      dnnl_sgemm('T', g.w.row_major() ? 'N' : 'T', g.M, g.N, g.K, 1.0f, static_cast<const float*>(a.raw_data()),
+                 g.a.ld(), static_cast<const float*>(w.raw_data()), g.w.ld(), 0.0f,
+                 static_cast<float*>(out.raw_data()), g.N) == dnnl_success)
+    return;
   Key key;
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
       << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr);
