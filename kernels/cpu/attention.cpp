@@ -326,7 +326,8 @@ template <class A>
   return std::min(a.cols, (seen + kLanes - 1) / kLanes * kLanes);
 }
 
-template <class A>
+// Fma: exp_acc's fused multiply-adds, in the variants compiled for targets that have them.
+template <class A, bool Fma>
 [[gnu::always_inline]] inline void row_work(RowStep step, const RowArgs<A>& a) {
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
   for (int64_t r = 0; r < a.rows; ++r) {
@@ -354,16 +355,16 @@ template <class A>
         // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
         // would be NaN); its exps are 0 and its accumulator stays 0.
         const A shift = m_new == kNegInf ? A(0) : m_new;
-        const A alpha = exp_acc(m_old - shift);
+        const A alpha = exp_acc<A, Fma>(m_old - shift);
         for (int k = 0; k < kLanes; ++k) lane[k] = 0;
         for (c = 0; c + kLanes <= n; c += kLanes)
           for (int k = 0; k < kLanes; ++k) {
-            const A e = exp_acc(row[c + k] - shift);
+            const A e = exp_acc<A, Fma>(row[c + k] - shift);
             row[c + k] = e;
             lane[k] += e;
           }
         A sum = 0;
-        for (; c < n; ++c) sum += (row[c] = exp_acc(row[c] - shift));
+        for (; c < n; ++c) sum += (row[c] = exp_acc<A, Fma>(row[c] - shift));
         std::fill(row + n, row + a.cols, A(0));
         for (int w = kLanes / 2; w > 0; w /= 2)
           for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
@@ -380,7 +381,7 @@ template <class A>
       }
       case RowStep::Probabilities: {
         const A shift = a.lse[r];  // +inf on a row that sees no key: exp gives 0
-        for (int64_t c = 0; c < n; ++c) row[c] = exp_acc(row[c] - shift);
+        for (int64_t c = 0; c < n; ++c) row[c] = exp_acc<A, Fma>(row[c] - shift);
         std::fill(row + n, row + a.cols, A(0));
         if (zr) {
           A* pd = a.pd + r * kBc;
@@ -405,10 +406,10 @@ template <class A>
 #if defined(__x86_64__)
 AG_AVX512_TARGET void row_work_avx512(RowStep step,
                                                                                     const RowArgs<float>& a) {
-  row_work<float>(step, a);
+  row_work<float, true>(step, a);
 }
 __attribute__((target("avx2,fma"))) void row_work_avx2(RowStep step, const RowArgs<float>& a) {
-  row_work<float>(step, a);
+  row_work<float, true>(step, a);
 }
 #endif
 
@@ -425,7 +426,7 @@ void run_rows(RowStep step, const RowArgs<A>& a) {
     if (isa == 1) return row_work_avx2(step, a);
   }
 #endif
-  row_work<A>(step, a);
+  row_work<A, false>(step, a);
 }
 
 template <class A>

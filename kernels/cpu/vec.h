@@ -64,6 +64,16 @@ inline void store_acc(const A* src, char* p, int64_t stride, int64_t n) {
   for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p + i * stride) = cast<T>(src[i]);
 }
 
+/// a * b + c: one fused multiply-add (one rounding) when Fma, else a product and a sum.
+/// The library is compiled without contraction (CMakeLists.txt), so a fused multiply-add
+/// happens only where written, and a vectorised loop rounds like its scalar twin. Fma is
+/// for code compiled for a target that has the instruction; elsewhere it is a library call.
+template <bool Fma, class A>
+[[gnu::always_inline]] inline A madd(A a, A b, A c) {
+  if constexpr (Fma) return std::fma(a, b, c);
+  return a * b + c;
+}
+
 /// e^x in the accumulation type. For float it is branch-free, so loops calling it
 /// vectorise (std::exp stays a scalar library call without -ffast-math): Cody-Waite
 /// reduction x = n ln2 + r and Cephes' degree-6 polynomial for e^r, within 1 ulp of
@@ -74,24 +84,27 @@ inline void store_acc(const A* src, char* p, int64_t stride, int64_t n) {
 /// one arm of a ?: uses. So every float operation runs on x unconditionally, n comes from
 /// the 1.5 * 2^23 rounding trick (no float-to-int conversion), and the special cases are
 /// applied with integer masks at the end.
-template <class A>
+/// Fma: the reduction and the polynomial as fused multiply-adds (madd), for variants
+/// compiled for a target that has them (attention's row work); the default rounds each
+/// product and sum, like every path of a build without contraction (CMakeLists.txt).
+template <class A, bool Fma = false>
 inline A exp_acc(A x) {
   if constexpr (!std::is_same_v<A, float>) {
     return std::exp(x);
   } else {
     constexpr float kLo = -87.3365478f, kHi = 88.7228394f;  // ln(FLT_MIN), ln(FLT_MAX)
     constexpr float kMagic = 12582912.0f;                     // 1.5 * 2^23
-    const float shifted = x * 1.44269504088896341f + kMagic;
+    const float shifted = madd<Fma>(x, 1.44269504088896341f, kMagic);
     const float fn = shifted - kMagic;  // round(x / ln2), exact for |x / ln2| < 2^22
     const int32_t n = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kMagic);
-    const float r = (x - fn * 0.693359375f) - fn * -2.12194440e-4f;  // ln2 split in two
+    const float r = madd<Fma>(-fn, -2.12194440e-4f, madd<Fma>(-fn, 0.693359375f, x));  // ln2 split in two
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    p = madd<Fma>(p, r, 1.3981999507e-3f);
+    p = madd<Fma>(p, r, 8.3334519073e-3f);
+    p = madd<Fma>(p, r, 4.1665795894e-2f);
+    p = madd<Fma>(p, r, 1.6666665459e-1f);
+    p = madd<Fma>(p, r, 5.0000001201e-1f);
+    p = madd<Fma>(p * r, r, r) + 1.0f;
     // 2^n from the exponent bits; n = 128 is not a float's exponent, so take 2 * 2^127.
     const int32_t top = int32_t(n > 127);
     const float scale = std::bit_cast<float>(int32_t(uint32_t(n - top + 127) << 23));
