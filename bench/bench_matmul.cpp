@@ -57,6 +57,16 @@ dnnl::memory::data_type dnnl_type(ag::DType dt) {
   return dt == ag::kBFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 }
 
+// A oneDNN matmul primitive for a @ b -> c (the descriptor API differs before oneDNN 3).
+dnnl::matmul make_matmul(const dnnl::engine& eng, const dnnl::memory::desc& a, const dnnl::memory::desc& b,
+                         const dnnl::memory::desc& c) {
+#if DNNL_VERSION_MAJOR >= 3
+  return dnnl::matmul(dnnl::matmul::primitive_desc(eng, a, b, c));
+#else
+  return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), eng));
+#endif
+}
+
 void BM_matmul_onednn(benchmark::State& state, ag::DType dt, int64_t n) {
   try {
     ag::manual_seed(0);
@@ -66,12 +76,7 @@ void BM_matmul_onednn(benchmark::State& state, ag::DType dt, int64_t n) {
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream strm(eng);
     const dnnl::memory::desc md({n, n}, dnnl_type(dt), dnnl::memory::format_tag::ab);
-#if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(eng, md, md, md);
-#else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), eng);
-#endif
-    dnnl::matmul prim(pd);
+    const dnnl::matmul prim = make_matmul(eng, md, md, md);
     dnnl::memory ma(md, eng, a.raw_data()), mb(md, eng, b.raw_data()), mc(md, eng, c.raw_data());
     const std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
@@ -116,12 +121,7 @@ void BM_weight_grad(benchmark::State& state, int64_t out, int64_t in, bool ours)
     const md a_md({out, rows}, dnnl::memory::data_type::f32, dnnl::memory::dims{1, out});
     const md b_md({rows, in}, dnnl::memory::data_type::f32, dnnl::memory::dims{in, 1});
     const md c_md({out, in}, dnnl::memory::data_type::f32, dnnl::memory::dims{in, 1});
-#if DNNL_VERSION_MAJOR >= 3
-    dnnl::matmul::primitive_desc pd(eng, a_md, b_md, c_md);
-#else
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);
-#endif
-    dnnl::matmul prim(pd);
+    const dnnl::matmul prim = make_matmul(eng, a_md, b_md, c_md);
     const std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, dnnl::memory(a_md, eng, dy.raw_data())},
                                                      {DNNL_ARG_WEIGHTS, dnnl::memory(b_md, eng, x.raw_data())},
                                                      {DNNL_ARG_DST, dnnl::memory(c_md, eng, dw.raw_data())}};

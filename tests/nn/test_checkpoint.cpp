@@ -23,6 +23,41 @@ namespace {
 
 
 
+// A one-layer GPT of width 8 and its AdamW, trained on one fixed batch of two 4-token rows.
+struct TinyRun {
+  static nn::GPTConfig config() {
+    nn::GPTConfig c;
+    c.vocab_size = 7;
+    c.block_size = 4;
+    c.layers = 1;
+    c.heads = 2;
+    c.width = 8;
+    return c;
+  }
+  explicit TinyRun(uint64_t seed) : model((manual_seed(seed), config())), opt(model.parameters(), {.lr = 1e-2}) {}
+  Tensor logits() { return model.forward(idx); }
+  void step() {
+    opt.zero_grad();
+    cross_entropy(logits().view({8, 7}), targets).backward();
+    opt.step();
+  }
+  void save(const TempDir& dir) {
+    nn::save(dir.file("model.safetensors"), model.state_dict(), {{"step", std::to_string(opt.steps())}});
+    nn::save(dir.file("optim.safetensors"), opt.state_dict());
+  }
+  nn::Metadata load(const TempDir& dir) {
+    nn::Metadata meta;
+    model.load_state_dict(nn::load(dir.file("model.safetensors"), &meta));
+    opt.load_state_dict(nn::load(dir.file("optim.safetensors")));
+    return meta;
+  }
+
+  nn::GPT model;
+  optim::AdamW opt;
+  const Tensor idx = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 0, 1}, {2, 4});
+  const Tensor targets = from_vector<int64_t>({2, 3, 4, 5, 6, 0, 1, 2}, {8});
+};
+
 // Byte-exact equality of dtype, shape and contents.
 ::testing::AssertionResult same_tensor(const Tensor& got, const Tensor& ref) {
   if (got.dtype() != ref.dtype())
@@ -125,77 +160,37 @@ TEST(CheckpointSaveLoad, NonContiguousAndModelRoundTrip) {
   EXPECT_EQ(back.at("t").to_vector<double>(), t.contiguous().to_vector<double>());
 
   // a model and its optimizer saved, then restored into fresh objects
-  manual_seed(1);
-  nn::GPTConfig cfg;
-  cfg.vocab_size = 7;
-  cfg.block_size = 4;
-  cfg.layers = 1;
-  cfg.heads = 2;
-  cfg.width = 8;
-  nn::GPT a(cfg);
-  optim::AdamW oa(a.parameters(), {.lr = 1e-2});
-  Tensor idx = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 0, 1}, {2, 4});
-  auto train_step = [&](nn::GPT& m, optim::Optimizer& o) {
-    o.zero_grad();
-    Tensor logits = m.forward(idx);
-    cross_entropy(logits.view({8, 7}), from_vector<int64_t>({2, 3, 4, 5, 6, 0, 1, 2}, {8})).backward();
-    o.step();
-  };
-  train_step(a, oa);
-  train_step(a, oa);
-  nn::save(dir.file("model.safetensors"), a.state_dict(), {{"step", "2"}});
-  nn::save(dir.file("optim.safetensors"), oa.state_dict());
-  manual_seed(2);
-  nn::GPT b(cfg);
-  optim::AdamW ob(b.parameters(), {.lr = 1e-2});
-  nn::Metadata meta;
-  b.load_state_dict(nn::load(dir.file("model.safetensors"), &meta));
-  ob.load_state_dict(nn::load(dir.file("optim.safetensors")));
-  EXPECT_EQ(meta.at("step"), "2");
-  EXPECT_TRUE(agt::allclose(b.forward(idx), a.forward(idx), 0, 0));
-  train_step(a, oa);
-  train_step(b, ob);
-  EXPECT_TRUE(agt::allclose(b.forward(idx), a.forward(idx), 0, 0));
-  EXPECT_EQ(ob.steps(), 3);
+  TinyRun a(1);
+  a.step();
+  a.step();
+  a.save(dir);
+  TinyRun b(2);
+  EXPECT_EQ(b.load(dir).at("step"), "2");
+  EXPECT_TRUE(agt::allclose(b.logits(), a.logits(), 0, 0));
+  a.step();
+  b.step();
+  EXPECT_TRUE(agt::allclose(b.logits(), a.logits(), 0, 0));
+  EXPECT_EQ(b.opt.steps(), 3);
 }
 
 // A run resumed from a checkpoint goes on as the uninterrupted run does, bit for bit, with
 // the allocator in a different state at each attempt (tensors kept alive between them):
 // kernels whose rounding depended on buffer addresses made the two drift apart.
 TEST(CheckpointSaveLoad, ResumedTrainingMatchesTheUninterruptedRunWhereverBuffersLie) {
-  nn::GPTConfig cfg;
-  cfg.vocab_size = 7;
-  cfg.block_size = 4;
-  cfg.layers = 1;
-  cfg.heads = 2;
-  cfg.width = 8;
-  const Tensor idx = from_vector<int64_t>({1, 2, 3, 4, 5, 6, 0, 1}, {2, 4});
-  const Tensor targets = from_vector<int64_t>({2, 3, 4, 5, 6, 0, 1, 2}, {8});
-  auto train_step = [&](nn::GPT& m, optim::Optimizer& o) {
-    o.zero_grad();
-    cross_entropy(m.forward(idx).view({8, 7}), targets).backward();
-    o.step();
-  };
   std::vector<Tensor> keep;
   for (int attempt = 0; attempt < 60; ++attempt) {
     for (int i = 0; i < attempt % 37; ++i) keep.push_back(empty({int64_t(1 + i * 3)}));
     TempDir dir;
-    manual_seed(1);
-    nn::GPT a(cfg);
-    optim::AdamW oa(a.parameters(), {.lr = 1e-2});
-    train_step(a, oa);
-    train_step(a, oa);
-    nn::save(dir.file("model.safetensors"), a.state_dict());
-    nn::save(dir.file("optim.safetensors"), oa.state_dict());
+    TinyRun a(1);
+    a.step();
+    a.step();
+    a.save(dir);
     for (int i = 0; i < attempt % 11; ++i) keep.push_back(empty({int64_t(5 + i * 7)}));
-    manual_seed(2);
-    nn::GPT b(cfg);
-    optim::AdamW ob(b.parameters(), {.lr = 1e-2});
-    b.load_state_dict(nn::load(dir.file("model.safetensors")));
-    ob.load_state_dict(nn::load(dir.file("optim.safetensors")));
-    train_step(a, oa);
-    train_step(b, ob);
-    ASSERT_TRUE(agt::same_bits(b.forward(idx), a.forward(idx))) << "attempt " << attempt;
+    TinyRun b(2);
+    b.load(dir);
+    a.step();
+    b.step();
+    ASSERT_TRUE(agt::same_bits(b.logits(), a.logits())) << "attempt " << attempt;
     if (keep.size() > 400) keep.clear();
   }
 }
