@@ -174,10 +174,14 @@ struct LnForward {
   DType y16 = kFloat32;  // float rows: y in this 16-bit dtype instead (else kFloat32)
 };
 
-// Stores n floats of buf as row r of 16-bit y (dtype dt).
+// Row r of a 16-bit tensor (dtype dt) of rows of n: stored from n floats, or widened into them.
 inline void store_row16(const float* buf, char* y, DType dt, int64_t r, int64_t n) {
   if (dt == kBFloat16) store_acc<BFloat16>(buf, y + r * n * 2, 2, n);
   else store_acc<Half>(buf, y + r * n * 2, 2, n);
+}
+inline void load_row16(const char* g, DType dt, int64_t r, int64_t n, float* buf) {
+  if (dt == kBFloat16) load_acc<BFloat16>(g + r * n * 2, 2, buf, n);
+  else load_acc<Half>(g + r * n * 2, 2, buf, n);
 }
 
 template <class T>
@@ -270,10 +274,8 @@ template <class T>
     if constexpr (std::is_same_v<T, A>) {
       g = reinterpret_cast<const A*>(a.g + r * n * sz);
       x = reinterpret_cast<const A*>(a.x + r * n * sz);
-      if constexpr (std::is_same_v<T, float>) {
-        if (a.g16 == kBFloat16) load_acc<BFloat16>(a.g + r * n * 2, 2, s.g, n), g = s.g;
-        else if (a.g16 == kFloat16) load_acc<Half>(a.g + r * n * 2, 2, s.g, n), g = s.g;
-      }
+      if constexpr (std::is_same_v<T, float>)
+        if (a.g16 != kFloat32) load_row16(a.g, a.g16, r, n, s.g), g = s.g;
     } else {
       load_acc<T>(a.g + r * n * sz, sz, s.g, n);
       load_acc<T>(a.x + r * n * sz, sz, s.xh, n);
@@ -424,8 +426,8 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
     if (grad_out.dtype() != x.dtype()) a.g16 = grad_out.dtype();  // float32 x, 16-bit g
     parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
       // rows of 16-bit g and x widened (unused for float), and the block column sums
-      std::vector<A> g(std::is_same_v<T, A> && a.g16 == kFloat32 ? 0 : size_t(inner)), xv(g.size()),
-          bw(size_t(inner), A(0)), bb(size_t(inner), A(0));
+      std::vector<A> g(std::is_same_v<T, A> && a.g16 == kFloat32 ? 0 : size_t(inner)),
+          xv(std::is_same_v<T, A> ? 0 : size_t(inner)), bw(size_t(inner), A(0)), bb(size_t(inner), A(0));
       const LnScratch<A> sc{g.data(), xv.data(), bw.data(), bb.data()};
       for (int64_t c = cb; c < ce; ++c)
         run_ln_backward(a, rows * c / chunks, rows * (c + 1) / chunks, want_w ? pw.data() + c * inner : nullptr,
