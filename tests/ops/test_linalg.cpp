@@ -3,6 +3,8 @@
 // dtypes against float32, error messages, and the oneDNN primitive cache.
 #include "support/testing.h"
 
+#include <omp.h>
+
 #include <array>
 #include <cmath>
 #include <thread>
@@ -126,6 +128,30 @@ TEST(Linalg, MatmulLargerShapesMatchReference) {
     Tensor a = randf({m, k}), b = randf({k, n});
     EXPECT_TRUE(agt::allclose(matmul(a, b), ref_matmul(a, b), fp32_tol(k))) << m << "x" << k << "x" << n;
   }
+}
+
+// A weight gradient's product dY^T X: the first operand transposed, a long inner dimension
+// (the batch's rows), split into shares on the CPU and the partial products summed.
+// Against the float64 reference, with the second operand row-major and transposed, inner
+// dimensions that do and do not divide evenly, and the same bits for any thread count.
+TEST(Linalg, WeightGradientProductsMatchReferenceForAnyThreadCount) {
+  manual_seed(18);
+  const int saved = omp_get_max_threads();
+  for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{24, 512, 40}, {33, 2048, 17}, {16, 3073, 48}, {40, 8300, 24}, {3, 4096, 5}, {64, 2048, 20}}) {
+    for (bool wt : {false, true}) {
+      Tensor a = randf({k, m}).t();                       // [m, k], column-major
+      Tensor b = wt ? randf({n, k}).t() : randf({k, n});  // [k, n]
+      omp_set_num_threads(1);
+      const Tensor one = matmul(a, b);
+      EXPECT_TRUE(agt::allclose(one, ref_matmul(a, b), fp32_tol(k))) << m << "x" << k << "x" << n << " " << wt;
+      for (int threads : {2, 3, 5, 9}) {
+        omp_set_num_threads(threads);
+        EXPECT_TRUE(agt::allclose(matmul(a, b), one, 0, 0)) << m << "x" << k << "x" << n << " " << wt << " on "
+                                                             << threads << " threads";
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Linalg, MatmulStridedOperandsAreReadInPlaceOrCopied) {
