@@ -589,7 +589,10 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
               product(false, r1 - r0, n, d.Dv, A(1), go.p ? go.p + (i0 + r0) * go.ld : nullptr, go.ld, vt, vtp, 0, j0, A(0),
                       ds.data() + r0 * kBc, kBc,
                       go16.p ? Rows<BFloat16>{go16.p + (i0 + r0) * go16.ld, go16.ld} : go16);
-            for (int64_t r = r0; r < r1 && n < cols; ++r) std::fill_n(ds.data() + r * kBc + n, cols - n, A(0));
+            // ScoreGrad reads each row up to its span (row_span: the keys it sees, rounded up
+            // to whole vectors) and zeroes the rest itself; only a span past n is filled here.
+            const int64_t upto = std::min(cols, (n + kLanes - 1) / kLanes * kLanes);
+            for (int64_t r = r0; r < r1 && n < upto; ++r) std::fill_n(ds.data() + r * kBc + n, upto - n, A(0));
           });
           RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
           rg.off = dg.off, rg.cut = dg.cut;

@@ -201,6 +201,7 @@ TEST(Attention, GradcheckFloat64) {
   for (const Problem& pb : std::vector<Problem>{{{2}, 5, 5, 3, 3, MaskKind::Causal},
                                                 {{2, 1}, 4, 6, 3, 2, MaskKind::None},
                                                 {{1}, 6, 4, 2, 3, MaskKind::Causal},
+                                                {{1}, 5, 7, 3, 2, MaskKind::Causal},  // keys past every query
                                                 {{2}, 5, 7, 3, 2, MaskKind::Bool},
                                                 {{2}, 6, 5, 2, 3, MaskKind::Float},
                                                 {{1}, 70, 70, 2, 2, MaskKind::Causal}}) {

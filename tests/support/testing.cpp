@@ -129,7 +129,8 @@ double weighted_sum(const ag::Tensor& out, const ag::Tensor& w) {
         *p = orig;
       }
       const double numeric = (plus - minus) / (2 * eps);
-      if (std::fabs(numeric - a[size_t(i)]) > atol + rtol * std::fabs(numeric))
+      // Written so that a NaN on either side fails (every comparison with NaN is false).
+      if (!(std::fabs(numeric - a[size_t(i)]) <= atol + rtol * std::fabs(numeric)))
         return ::testing::AssertionFailure()
                << "input " << k << " element " << i << ": analytic " << a[size_t(i)]
                << " vs numeric " << numeric;
