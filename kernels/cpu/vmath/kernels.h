@@ -189,10 +189,25 @@ inline V load(const float* p) {
 inline void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
 
 // y = f(x) over n floats: whole registers, then the tail through a zero-padded register.
+// The loops below prefetch their inputs kPrefetch floats (1 KiB) ahead. These functions
+// spend tens of cycles per register, so the hardware's prefetcher, which follows the loads,
+// falls behind when the input is not in this core's cache (a product's result written by
+// the other thread's share): in the float32 GPT step, a third of GELU's samples waited on
+// its load, and the step was about 2% shorter with the prefetch (alternating runs).
+// (The address is formed as an integer: a pointer past the end of the array would be
+// undefined behaviour, and a prefetch of any address is harmless.)
+constexpr int64_t kPrefetch = 256;
+inline void prefetch_ahead(const float* p) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + kPrefetch * sizeof(float)));
+}
+
 template <class F>
 void map1(const float* x, float* y, int64_t n, F f) {
   int64_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, f(load(x + i)));
+  for (; i + W <= n; i += W) {
+    prefetch_ahead(x + i);
+    store(y + i, f(load(x + i)));
+  }
   if (i < n) {
     float bx[W] = {}, by[W];
     std::memcpy(bx, x + i, size_t(n - i) * sizeof(float));
@@ -203,7 +218,11 @@ void map1(const float* x, float* y, int64_t n, F f) {
 template <class F>
 void map2(const float* a, const float* b, float* y, int64_t n, F f) {
   int64_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, f(load(a + i), load(b + i)));
+  for (; i + W <= n; i += W) {
+    prefetch_ahead(a + i);
+    prefetch_ahead(b + i);
+    store(y + i, f(load(a + i), load(b + i)));
+  }
   if (i < n) {
     float ba[W] = {}, bb[W] = {}, by[W];
     std::memcpy(ba, a + i, size_t(n - i) * sizeof(float));
@@ -220,6 +239,7 @@ void map1_twice(const float* x, float* y, float* d, int64_t n, F f) {
   int64_t i = 0;
   V second;
   for (; i + W <= n; i += W) {
+    prefetch_ahead(x + i);
     store(y + i, f(load(x + i), &second));
     store(d + i, second);
   }
