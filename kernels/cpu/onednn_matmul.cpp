@@ -113,14 +113,15 @@ void eigen_with(const Tensor& a, const Tensor& w, const Tensor& bias, const Tens
 // instead, so that every thread reads every row, most of them written by the other
 // thread's share of the op before (in the other core's cache): the float32 GPT small step,
 // 26.8-27.3 -> 23.9-25.6 ms (shares of 512 rows: 24.5-25.7). With more threads than
-// shares, each share's result rows are split among them (blocks of at least 16 rows). The shares depend on the shape
-// alone, and sgemm computes an element alike whichever rows it is given, so the result has
-// the same bits for any thread count (tested).
+// shares, each share's result rows are split among them (blocks of at least 16 rows). The
+// shares depend on the shape alone, and sgemm computes an element alike whichever rows it
+// is given, so the result has the same bits for any thread count (tested). The partial
+// products' scratch is kept under half the operands' size.
 constexpr int64_t kShareRows = 1024, kMaxShares = 8;
 
 bool weight_grad_sgemm(const MatmulGeom& g, const float* a, const float* w, float* c) {
   const char tb = g.w.row_major() ? 'N' : 'T';
-  const int64_t S = std::min(kMaxShares, g.K / kShareRows);
+  const int64_t S = std::min({kMaxShares, g.K / kShareRows, 1 + g.K * (g.M + g.N) / (2 * g.M * g.N)});
   if (S <= 1) return dnnl_sgemm('T', tb, g.M, g.N, g.K, 1.0f, a, g.a.ld(), w, g.w.ld(), 0.0f, c, g.N) == dnnl_success;
   const int64_t MN = g.M * g.N;
   const std::unique_ptr<float[]> scratch(new float[size_t(S - 1) * size_t(MN)]);  // written before read

@@ -137,7 +137,9 @@ TEST(Linalg, MatmulLargerShapesMatchReference) {
 TEST(Linalg, WeightGradientProductsMatchReferenceForAnyThreadCount) {
   manual_seed(18);
   const int saved = omp_get_max_threads();
-  for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{24, 512, 40}, {33, 2048, 17}, {16, 3073, 48}, {40, 8300, 24}, {3, 4096, 5}, {64, 2048, 20}}) {
+  const std::vector<std::array<int64_t, 3>> shapes = {{24, 512, 40},  {33, 2048, 17}, {16, 3073, 48},
+                                                       {40, 8300, 24}, {3, 4096, 5},   {64, 2048, 20}};
+  for (auto [m, k, n] : shapes) {
     for (bool wt : {false, true}) {
       Tensor a = randf({k, m}).t();                       // [m, k], column-major
       Tensor b = wt ? randf({n, k}).t() : randf({k, n});  // [k, n]
