@@ -141,20 +141,23 @@ TEST(Linalg, WeightGradientProductsMatchReferenceForAnyThreadCount) {
   const std::vector<std::array<int64_t, 3>> shapes = {{24, 512, 40},  {33, 2048, 17}, {16, 3073, 48},
                                                        {40, 8300, 24}, {3, 4096, 5},   {64, 2048, 20}};
   for (auto [m, k, n] : shapes) {
-    for (bool wt : {false, true}) {
-      Tensor a = randf({k, m}).t();                       // [m, k], column-major
-      Tensor b = wt ? randf({n, k}).t() : randf({k, n});  // [k, n]
+    for (int layout = 0; layout < 3; ++layout) {
+      // a [m, k] column-major; b [k, n] row-major, transposed, or both with leading
+      // dimensions wider than their rows (the columns of wider matrices)
+      const bool wt = layout == 1, wide = layout == 2;
+      Tensor a = wide ? randf({k, m + 5}).narrow(1, 2, m).t() : randf({k, m}).t();
+      Tensor b = wt ? randf({n, k}).t() : wide ? randf({k, n + 3}).narrow(1, 1, n) : randf({k, n});
       const Tensor ref = ref_matmul(a, b);
       omp_set_num_threads(1);
       const Tensor one = matmul(a, b);
-      EXPECT_TRUE(agt::allclose(one, ref, fp32_tol(k))) << m << "x" << k << "x" << n << " " << wt;
+      EXPECT_TRUE(agt::allclose(one, ref, fp32_tol(k))) << m << "x" << k << "x" << n << " layout " << layout;
       for (int threads : {2, 3, 4}) {  // 4: more threads than the shares of 2048 rows (rows split)
         omp_set_num_threads(threads);
         const Tensor got = matmul(a, b);
-        EXPECT_TRUE(agt::allclose(got, ref, fp32_tol(k))) << m << "x" << k << "x" << n << " " << wt;
+        EXPECT_TRUE(agt::allclose(got, ref, fp32_tol(k))) << m << "x" << k << "x" << n << " layout " << layout;
         if (built_with_onednn())
-          EXPECT_TRUE(agt::allclose(got, one, 0, 0)) << m << "x" << k << "x" << n << " " << wt << " on " << threads
-                                                     << " threads";
+          EXPECT_TRUE(agt::allclose(got, one, 0, 0))
+              << m << "x" << k << "x" << n << " layout " << layout << " on " << threads << " threads";
       }
     }
   }
