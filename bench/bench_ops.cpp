@@ -37,6 +37,7 @@
 // column_sum/bfloat16/2048x1536/*: a bias gradient, sum(g, {0}) of the nanoGPT preset's
 // feed-forward gradient (8 x 256 tokens, width 1536) in bfloat16 into float32 sums; its
 // ceiling, all, reads the same bytes in their memory order: sum(g) over every element.
+// column_sum/float32/2048x384/*: the same for the float32 GPT small's qkv bias gradient.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>
 
@@ -276,16 +277,16 @@ void BM_layer_norm_to(benchmark::State& state, bool fused) {
   }
 }
 
-void BM_column_sum(benchmark::State& state, bool ours) {
+void BM_column_sum(benchmark::State& state, ag::DType dt, int64_t cols, bool ours) {
   try {
     ag::NoGradGuard no_grad;
     ag::manual_seed(0);
-    const ag::Tensor g = ag::randn({2048, 1536}).to(ag::kBFloat16);
+    const ag::Tensor g = ag::randn({2048, cols}).to(dt);
     for (auto _ : state) {
       const ag::Tensor s = ours ? ag::sum(g, {0}) : ag::sum(g);
       benchmark::DoNotOptimize(s.raw_data());
     }
-    state.counters["GB/s"] = benchmark::Counter(double(g.numel()) * 2 * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GB/s"] = benchmark::Counter(double(g.nbytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   } catch (const ag::Error& e) {
     state.SkipWithError(e.what());
   }
@@ -365,10 +366,14 @@ BENCHMARK_CAPTURE(BM_cross_entropy, fused_512x8192, true, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_cross_entropy, composed_512x8192, false, 512, 8192)
     ->Name("cross_entropy/float32/512x8192/composed")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
-BENCHMARK_CAPTURE(BM_column_sum, ours, true)
+BENCHMARK_CAPTURE(BM_column_sum, ours, ag::kBFloat16, 1536, true)
     ->Name("column_sum/bfloat16/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
-BENCHMARK_CAPTURE(BM_column_sum, all, false)
+BENCHMARK_CAPTURE(BM_column_sum, all, ag::kBFloat16, 1536, false)
     ->Name("column_sum/bfloat16/2048x1536/all")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_column_sum, ours32, ag::kFloat32, 384, true)
+    ->Name("column_sum/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_column_sum, all32, ag::kFloat32, 384, false)
+    ->Name("column_sum/float32/2048x384/all")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32, true, ag::kFloat32)
     ->Name("layer_norm/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32_copy, false, ag::kFloat32)

@@ -28,6 +28,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
@@ -230,6 +231,27 @@ constexpr int64_t kColRows = 128;   // steps summed plainly before a compensated
 
 enum class SumKind { Sum, Mean, SqDev, ExpShift, AbsSum, SqSum, PowSum, NonZero };
 
+// s[j] += (v[0][j] + v[1][j]) + (v[2][j] + v[3][j]): a column sum's step over four rows (a
+// bias gradient's). The library is built for baseline x86-64, whose 4-lane loop issued a
+// load per 4 floats and waited on memory; the AVX-512 variant, picked by cpuid as
+// elsewhere, rounds each column alike (the lanes are independent columns).
+template <class A>
+[[gnu::always_inline]] inline void add4_rows(A* s, const A* const* v, int64_t w) {
+  for (int64_t j = 0; j < w; ++j) s[j] += (v[0][j] + v[1][j]) + (v[2][j] + v[3][j]);
+}
+#if defined(__x86_64__)
+AG_AVX512_TARGET void add4_rows_avx512(float* s, const float* const* v, int64_t w) { add4_rows(s, v, w); }
+#endif
+template <class A>
+void add4_rows_best(A* s, const A* const* v, int64_t w) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<A, float>) {
+    if (cpu_has_avx512()) return add4_rows_avx512(s, v, w);
+  }
+#endif
+  add4_rows(s, v, w);
+}
+
 // Sums f(x) over the reduced elements. `param` holds a per-output value from a first pass:
 // the mean (SqDev, for Var) or the max (ExpShift, for LogSumExp).
 template <class A, SumKind K>
@@ -281,8 +303,12 @@ struct SumReducer {
   }
   void block_step(Block& b, const A* const* v, int nv, int64_t w, int64_t) const {
     if (nv == 4) {  // one accumulator update per four values
-      for (int64_t j = 0; j < w; ++j)
-        b.s[j] += (f(v[0][j], b.m[j]) + f(v[1][j], b.m[j])) + (f(v[2][j], b.m[j]) + f(v[3][j], b.m[j]));
+      if constexpr (K == SumKind::Sum || K == SumKind::Mean) {
+        add4_rows_best(b.s, v, w);
+      } else {
+        for (int64_t j = 0; j < w; ++j)
+          b.s[j] += (f(v[0][j], b.m[j]) + f(v[1][j], b.m[j])) + (f(v[2][j], b.m[j]) + f(v[3][j], b.m[j]));
+      }
     } else {
       for (int q = 0; q < nv; ++q)
         for (int64_t j = 0; j < w; ++j) b.s[j] += f(v[q][j], b.m[j]);
