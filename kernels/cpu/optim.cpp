@@ -154,7 +154,9 @@ struct AdamPiece {
   void* c = nullptr;     // the cast's float16 or bfloat16 elements (float parameters), or null
   bool c_bf16 = false;
   int64_t b, e;
-  A b1, b2, eps, omb1, omb2, bc2_sqrt, step_size, decay, l2;
+  // eps and step_size with the bias corrections folded in (backend.h): eps * sqrt(1 - beta2^t),
+  // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
+  A b1, b2, eps, omb1, omb2, step_size, decay, l2;
 };
 
 // The update, one loop per master/no-master case, without branches or assumed aliasing,
@@ -178,7 +180,7 @@ template <class T, bool kMaster, class C = void>
     const A v = a.b2 * A(m2[i]) + a.omb2 * gi * gi;
     m1[i] = float(m);
     m2[i] = float(v);
-    w -= a.step_size * m / (std::sqrt(v) / a.bc2_sqrt + a.eps);
+    w -= a.step_size * m / (std::sqrt(v) + a.eps);
     if constexpr (kMaster) mw[i] = float(w);
     p[i] = cast<T>(w);
     if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
@@ -243,11 +245,14 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       }
       a.b = b;
       a.e = e;
-      a.b1 = A(s.beta1), a.b2 = A(s.beta2), a.eps = A(s.eps);
+      a.b1 = A(s.beta1), a.b2 = A(s.beta2);
       // 1 - beta in double: float(1) - float(0.999) is off by 1.3e-5 relative.
       a.omb1 = A(1 - s.beta1), a.omb2 = A(1 - s.beta2);
-      a.bc2_sqrt = A(corr[k].bc2_sqrt);
-      a.step_size = A(lr_value) / A(corr[k].bc1);
+      // The bias corrections folded into two constants, in double: one division per element
+      // where PyTorch's form has two (divisions and square roots bound the loop: the
+      // float32 MLP step 1.50 -> 1.41 ms).
+      a.eps = A(s.eps * corr[k].bc2_sqrt);
+      a.step_size = A(lr_value * corr[k].bc2_sqrt / corr[k].bc1);
       a.decay = s.decoupled ? A(1 - lr_value * s.weight_decay) : A(1);
       a.l2 = s.decoupled ? A(0) : A(s.weight_decay);
       run_adam(a);

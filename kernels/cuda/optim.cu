@@ -173,10 +173,11 @@ __global__ void adam_kernel(TensorChunks<5> m, AdamArgs a) {
   // The bias corrections at this parameter's 1-based step, in double as on the CPU.
   const double t = double(*m.step[k] + 1);
   const double lr = a.lr.get();
-  const A b1 = A(a.beta1), b2 = A(a.beta2), eps = A(a.eps);
+  // Folded into eps and the step size as on the CPU (backend.h's AdamParams).
+  const double bc1 = 1 - pow(a.beta1, t), bc2_sqrt = sqrt(1 - pow(a.beta2, t));
+  const A b1 = A(a.beta1), b2 = A(a.beta2), eps = A(a.eps * bc2_sqrt);
   const A omb1 = A(1 - a.beta1), omb2 = A(1 - a.beta2);
-  const A bc1 = A(1 - pow(a.beta1, t)), bc2_sqrt = A(sqrt(1 - pow(a.beta2, t)));
-  const A step_size = A(lr) / bc1;
+  const A step_size = A(lr * bc2_sqrt / bc1);
   const A decay = a.decoupled ? A(1 - lr * a.weight_decay) : A(1);
   const A l2 = a.decoupled ? A(0) : A(a.weight_decay);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -187,7 +188,7 @@ __global__ void adam_kernel(TensorChunks<5> m, AdamArgs a) {
     const A vv = b2 * A(m2[i]) + omb2 * gi * gi;
     m1[i] = float(av);
     m2[i] = float(vv);
-    w -= step_size * av / (sqrt(vv) / bc2_sqrt + eps);
+    w -= step_size * av / (sqrt(vv) + eps);
     if (mw) mw[i] = float(w);
     p[i] = convert<T>(w);
   }

@@ -53,11 +53,10 @@ void ref_sgd(RefParam& r, const std::vector<double>& g, double lr_v, const SgdPa
 template <class A>
 void ref_adam(RefParam& r, const std::vector<double>& g, double lr_v, const AdamParams& s) {
   const int64_t t = r.step + 1;
-  const A b1 = A(s.beta1), b2 = A(s.beta2), eps = A(s.eps);
+  const double bc1 = 1 - std::pow(s.beta1, double(t)), bc2_sqrt = std::sqrt(1 - std::pow(s.beta2, double(t)));
+  const A b1 = A(s.beta1), b2 = A(s.beta2), eps = A(s.eps * bc2_sqrt);
   const A omb1 = A(1 - s.beta1), omb2 = A(1 - s.beta2);
-  const A bc1 = A(1 - std::pow(s.beta1, double(t)));
-  const A bc2_sqrt = A(std::sqrt(1 - std::pow(s.beta2, double(t))));
-  const A step_size = A(lr_v) / bc1;
+  const A step_size = A(lr_v * bc2_sqrt / bc1);
   const A decay = s.decoupled ? A(1 - lr_v * s.weight_decay) : A(1);
   const A l2 = s.decoupled ? A(0) : A(s.weight_decay);
   for (size_t i = 0; i < r.p.size(); ++i) {
@@ -68,7 +67,7 @@ void ref_adam(RefParam& r, const std::vector<double>& g, double lr_v, const Adam
     const A v = b2 * A(r.buf2[i]) + omb2 * gi * gi;
     r.buf1[i] = float(a);
     r.buf2[i] = float(v);
-    w -= step_size * a / (std::sqrt(v) / bc2_sqrt + eps);
+    w -= step_size * a / (std::sqrt(v) + eps);
     if (r.has_master) r.master[i] = float(w);
     r.p[i] = store(w, r.dtype);
   }

@@ -120,9 +120,14 @@ struct SgdParams {
   bool nesterov = false;
 };
 
-/// Adam / AdamW (PyTorch's rule) at the 1-based step steps[i] + 1, with buf1 = exp_avg and
-/// buf2 = exp_avg_sq; decoupled applies the weight decay as w *= 1 - lr * wd (AdamW)
-/// instead of adding wd * w to the gradient (Adam).
+/// Adam / AdamW (PyTorch's rule) at the 1-based step t = steps[i] + 1, with buf1 = exp_avg
+/// and buf2 = exp_avg_sq; decoupled applies the weight decay as w *= 1 - lr * wd (AdamW)
+/// instead of adding wd * w to the gradient (Adam). The update is written with the bias
+/// corrections folded into two per-parameter constants, as in Kingma and Ba's paper:
+/// w -= (lr * sqrt(1 - beta2^t) / (1 - beta1^t)) * exp_avg / (sqrt(exp_avg_sq) +
+/// eps * sqrt(1 - beta2^t)), equal to PyTorch's lr / (1 - beta1^t) * exp_avg /
+/// (sqrt(exp_avg_sq) / sqrt(1 - beta2^t) + eps) but for rounding, with one division per
+/// element instead of two.
 struct AdamParams {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled = false;
