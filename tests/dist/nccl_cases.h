@@ -34,7 +34,7 @@ TEST(DistNccl, CollectivesOnCudaTensors) {
   namespace dist = ag::dist;
   AGT_NEED_NCCL();
   ag::dist::ProcessGroup& pg = nccl_cases::group();
-  const Device gpu = gpu;
+  const Device gpu = nccl_cases::my_gpu();
   const int r = pg.rank(), n = pg.size();
   for (DType dt : {kFloat32, kBFloat16, kFloat16, kInt64}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -62,7 +62,7 @@ TEST(DistNccl, LiteDdpOnCudaMatchesOneProcess) {
   using namespace ag;
   AGT_NEED_NCCL();
   ag::dist::ProcessGroup& pg = nccl_cases::group();
-  const Device gpu = gpu;
+  const Device gpu = nccl_cases::my_gpu();
   const int r = pg.rank(), n = pg.size();
   const int64_t B = 6;
   manual_seed(11);
