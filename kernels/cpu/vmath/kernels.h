@@ -32,16 +32,11 @@ constexpr int W = AG_VMATH_W;
 using M = decltype(V{} < V{});
 
 inline V splat(float x) { return AG_VMATH_SET1(x); }
-// m ? a : b per lane, by bits (both compilers accept bitwise operators on integer vectors).
-inline V select(M m, V a, V b) {
-  M ai, bi;
-  std::memcpy(&ai, &a, sizeof(V));
-  std::memcpy(&bi, &b, sizeof(V));
-  const M r = (m & ai) | (~m & bi);
-  V out;
-  std::memcpy(&out, &r, sizeof(V));
-  return out;
-}
+// m ? a : b per lane. The vector conditional (GCC, and clang since 13) lets the compiler
+// keep a comparison's mask in a mask register and blend in one instruction on AVX-512;
+// the bitwise form it replaced, (m & a) | (~m & b), cost two per select: bench_math's
+// GELU forward 407 -> 341 us, sigmoid 264 -> 235 us, on one Sapphire Rapids thread.
+inline V select(M m, V a, V b) { return m ? a : b; }
 inline V vabs(V x) { return select(x < splat(0.0f), -x, x); }
 
 inline V exp(V x) { return AG_SLEEF(exp, u10)(x); }
