@@ -77,7 +77,7 @@ void vmath_map(vmath::Fn fn, float param, const Tensor& out, const std::array<co
   for (int k = 0; k < K; ++k) ops[size_t(k) + 1] = in[size_t(k)];
   const auto run = [fn, param](const float* a, const float* b, float* y, int64_t n) {
     if constexpr (K == 1) vmath::unary(fn, a, y, n, param);
-    else vmath::binary(fn, a, b, y, n);
+    else (void)param, vmath::binary(fn, a, b, y, n);  // param: unary functions only
   };
   // Each element costs tens of cycles here, so threads pay off sooner than for a plain loop.
   for_each_strided<K + 1>(ops, [&](char** p, const int64_t* s, int64_t n) {
