@@ -75,9 +75,10 @@ void vmath_map(vmath::Fn fn, float param, const Tensor& out, const std::array<co
   static_assert(K == 1 || K == 2);
   std::array<const Tensor*, K + 1> ops{&out};
   for (int k = 0; k < K; ++k) ops[size_t(k) + 1] = in[size_t(k)];
-  const auto run = [fn, param](const float* a, const float* b, float* y, int64_t n) {
+  // [=]: param is captured only where the unary branch uses it (binary functions take none)
+  const auto run = [=](const float* a, const float* b, float* y, int64_t n) {
     if constexpr (K == 1) vmath::unary(fn, a, y, n, param);
-    else (void)param, vmath::binary(fn, a, b, y, n);  // param: unary functions only
+    else vmath::binary(fn, a, b, y, n);
   };
   // Each element costs tens of cycles here, so threads pay off sooner than for a plain loop.
   for_each_strided<K + 1>(ops, [&](char** p, const int64_t* s, int64_t n) {
