@@ -16,6 +16,10 @@
 // amp_train_step/{mlp,cnn,gpt,gpt_nanogpt}/ampgrad: the same step in bf16-mixed through
 // ag::Lite (setup, lite.backward, the wrapped optimizer's step): scripts/bench-vs-torch puts
 // it next to PyTorch's CPU autocast and Lightning Fabric running the same loop.
+// train_step_medium/{mlp,gpt,gpt_nanogpt}/ampgrad: the float32 step under
+// ag::set_float32_matmul_precision("medium") (bfloat16 products where the CPU runs bfloat16
+// natively; the same as train_step elsewhere): bench/torch_train.py --matmul-precision
+// medium is its peer.
 // Every training-step row reports flops_per_item, the model FLOPs per sample or token (see
 // mlp_flops below).
 // lite_overhead/{mlp,mlp16}/{ampgrad,hand_loop}: the Lite step against the same loop
@@ -74,8 +78,15 @@ void run_steps(benchmark::State& state, Step&& step, int64_t items, const char* 
   state.counters["flops_per_item"] = flops;
 }
 
-void BM_train_image(benchmark::State& state, bool cnn) {
+// Sets the float32 product precision for one benchmark case, and restores the default.
+struct MatmulPrecision {
+  explicit MatmulPrecision(const char* p) { ag::set_float32_matmul_precision(p); }
+  ~MatmulPrecision() { ag::set_float32_matmul_precision("highest"); }
+};
+
+void BM_train_image(benchmark::State& state, bool cnn, const char* matmul_precision) {
   try {
+    MatmulPrecision precision(matmul_precision);
     ag::EnableGradGuard grad;
     ag::manual_seed(0);
     std::shared_ptr<ag::nn::Module> model =
@@ -97,8 +108,10 @@ void BM_train_image(benchmark::State& state, bool cnn) {
   }
 }
 
-void BM_train_gpt(benchmark::State& state, const ag::nn::GPTConfig& config, int64_t batch) {
+void BM_train_gpt(benchmark::State& state, const ag::nn::GPTConfig& config, int64_t batch,
+                  const char* matmul_precision) {
   try {
+    MatmulPrecision precision(matmul_precision);
     ag::EnableGradGuard grad;
     ag::manual_seed(0);
     auto model = std::make_shared<ag::nn::GPT>(config);
@@ -224,12 +237,17 @@ BENCHMARK_CAPTURE(BM_hand_step, hand_bf16, false, ag::kBFloat16)->Name("lite_ove
 BENCHMARK_CAPTURE(BM_lite_step, lite_f16, false, "16-mixed")->Name("lite_overhead/mlp16/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_hand_step, hand_f16, false, ag::kFloat16)->Name("lite_overhead/mlp16/hand_loop")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
-BENCHMARK_CAPTURE(BM_train_image, mlp, false)->Name("train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK_CAPTURE(BM_train_image, cnn, true)->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK_CAPTURE(BM_train_gpt, small, kGptConfig, kGptBatch)
+BENCHMARK_CAPTURE(BM_train_image, mlp, false, "highest")->Name("train_step/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_image, cnn, true, "highest")->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, small, kGptConfig, kGptBatch, "highest")
     ->Name("train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
-BENCHMARK_CAPTURE(BM_train_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch)
+BENCHMARK_CAPTURE(BM_train_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch, "highest")
     ->Name("train_step/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_image, mlp_medium, false, "medium")->Name("train_step_medium/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, small_medium, kGptConfig, kGptBatch, "medium")
+    ->Name("train_step_medium/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, nanogpt_medium, kNanoGptConfig, kNanoGptBatch, "medium")
+    ->Name("train_step_medium/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

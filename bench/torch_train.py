@@ -26,6 +26,9 @@ forward itself (and returns its output as float32) and the loss is computed outs
 as a Fabric user writes it. Imports lightning.fabric (`pip install lightning`) or
 lightning_fabric (`pip install lightning-fabric`), whichever is there; see
 scripts/install-bench-peers for a Fabric that works with Debian's torch 1.13.
+--matmul-precision highest (default), high or medium: torch.set_float32_matmul_precision
+(medium: bfloat16 products through oneDNN where the CPU has them; bench_train's
+train_step_medium rows are ours).
 --check: only import what --runner needs, print the versions on stderr and exit (status 2,
 with the reason on stderr, when the runner cannot be used).
 Runs on torch 1.13 (Debian's python3-torch) and newer; the torch runner needs nothing but torch.
@@ -274,6 +277,8 @@ def main():
                     help="32-true: float32 (default); bf16-mixed: CPU bfloat16 autocast for forward and loss")
     ap.add_argument("--runner", choices=("torch", "fabric"), default="torch",
                     help="torch: a plain loop (default); fabric: the same loop through Lightning Fabric")
+    ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
+                    help="torch.set_float32_matmul_precision (bench_train's train_step_medium rows: medium)")
     ap.add_argument("--check", action="store_true", help="only check that --runner can be used, then exit")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds per timed run")
@@ -285,6 +290,11 @@ def main():
     runner, fabric = setup
     if args.check:
         return 0
+    if hasattr(torch, "set_float32_matmul_precision"):
+        torch.set_float32_matmul_precision(args.matmul_precision)
+    elif args.matmul_precision != "highest":
+        print("torch_train.py: this torch has no set_float32_matmul_precision", file=sys.stderr)
+        return 2
     out = {}
     with torch.enable_grad():
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:

@@ -61,6 +61,7 @@ struct Options {
   std::string strategy = "single";
   std::string output_conversion = "to-default";
   std::string schedule = "cosine";
+  std::string matmul_precision = "highest";
   bool quiet = false;
   // gpt
   std::string preset = "small";
@@ -156,6 +157,10 @@ int main(int argc, char** argv) {
                  "dtype of the model's floating outputs: to-default (float32), to-input-dtype or none");
   app.add_option("--schedule", o.schedule, "learning rate over the run: cosine (decays to 0 by the last step) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}));
+  app.add_option("--float32-matmul-precision", o.matmul_precision,
+                 "float32 products: highest (default), high or medium (bfloat16 products where the hardware "
+                 "has them; ag::set_float32_matmul_precision)")
+      ->check(CLI::IsMember({"highest", "high", "medium"}));
   app.add_flag("--quiet", o.quiet, "print only the summary");
   app.add_option("--json", o.json, "write per-epoch figures to this file");
   app.add_option("--preset", o.preset,
@@ -179,6 +184,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.threads > 0) omp_set_num_threads(o.threads);
+    ag::set_float32_matmul_precision(o.matmul_precision);
     if (o.precision.empty()) {
       const char* env = std::getenv("AMPGRAD_PRECISION");
       o.precision = env && *env ? env : "auto";
@@ -191,7 +197,10 @@ int main(int argc, char** argv) {
     const bool gpt = o.model == "gpt";
     const int world = lite.world_size();
     if (!lite.is_global_zero()) o.quiet = true;  // rank 0 speaks for the job
-    if (!o.quiet) print_hardware(lite);
+    if (!o.quiet) {
+      print_hardware(lite);
+      if (o.matmul_precision != "highest") std::printf("float32 products: %s\n", o.matmul_precision.c_str());
+    }
 
     // ---- data and model ----
     std::shared_ptr<ag::data::TensorDataset> train, test;
@@ -409,6 +418,7 @@ int main(int argc, char** argv) {
       f << nlohmann::json{{"model", o.model},
                           {"precision", ag::precision_name(lite.precision())},
                           {"precision_reason", lite.precision_reason()},
+                          {"float32_matmul_precision", o.matmul_precision},
                           {"skipped_steps", lite.skipped_steps()},
                           {"strategy", o.strategy},
                           {"world_size", world},

@@ -88,13 +88,19 @@ MatmulGeom matmul_geom(const Tensor& a, const Tensor& w) {
   return g;
 }
 
-Tensor float_copy(const Tensor& t) {
+Tensor operand_copy(const Tensor& t, DType dt) {
+  const int64_t R = t.size(1), C = t.size(2);
   if (t.size(0) > 1 && t.stride(0) == 0) {
-    Tensor one = detail::make_view(t, {1, t.size(1), t.size(2)}, t.strides(), t.storage_offset());
-    Tensor f = contiguous_copy(one, kFloat32);
-    return detail::make_view(f, t.sizes(), {0, t.size(2), 1}, 0);
+    Tensor one = detail::make_view(t, {1, R, C}, t.strides(), t.storage_offset());
+    Tensor f = operand_copy(one, dt);
+    return detail::make_view(f, t.sizes(), {0, f.stride(1), f.stride(2)}, 0);
   }
-  return contiguous_copy(t, kFloat32);
+  if (!row_major_ok(R, C, t.stride(1), t.stride(2))) {  // copy the transpose in order, view it back
+    Tensor tt = detail::make_view(t, {t.size(0), C, R}, {t.stride(0), t.stride(2), t.stride(1)}, t.storage_offset());
+    Tensor f = contiguous_copy(tt, dt);
+    return detail::make_view(f, t.sizes(), {R * C, 1, R}, 0);
+  }
+  return contiguous_copy(t, dt);
 }
 
 // ---- Eigen GEMM ------------------------------------------------------------------------
@@ -161,7 +167,7 @@ void gemm_any(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tens
   if (is_reduced_floating(a0.dtype())) {  // out is a0's dtype or float32
     const bool direct = out.dtype() == kFloat32;
     Tensor of = direct ? out : make_tensor(out.sizes(), kFloat32, out.device());
-    gemm_any(float_copy(a0), float_copy(w0), to_float(bias), of);
+    gemm_any(operand_copy(a0, kFloat32), operand_copy(w0, kFloat32), to_float(bias), of);
     if (!direct) cpu_backend().copy(of, out);
     return;
   }

@@ -41,9 +41,10 @@ Tensor gemm_operand(const Tensor& t);
 /// The geometry of out = a @ w for a [B, M, K], w [B, K, N] (operands from gemm_operand)
 /// and contiguous out [B, M, N].
 MatmulGeom matmul_geom(const Tensor& a, const Tensor& w);
-/// A view of the rows of t [B, R, C] converted to float32 (contiguous per batch); a
-/// broadcast batch (stride 0) is converted once and stays broadcast.
-Tensor float_copy(const Tensor& t);
+/// t [B, R, C] converted to dt, each batch contiguous in t's order (row-major, or
+/// column-major where t is a transposed view, so the copy reads t in order); a broadcast
+/// batch (stride 0) is converted once and stays broadcast. A gemm_operand as it is.
+Tensor operand_copy(const Tensor& t, DType dt);
 
 // ---- the Eigen implementation ----------------------------------------------------------
 /// out [B, M, N] = a [B, M, K] @ w [B, K, N] (+ bias [N]), any operand strides.

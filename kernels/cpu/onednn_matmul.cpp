@@ -8,6 +8,13 @@
 // pre-activation need not be kept, since a post-op writes only the activated result).
 // Primitives are cached per problem (onednn_cache.h).
 //
+// ag::set_float32_matmul_precision("medium") lets float32 products compute in bfloat16 on
+// CPUs with native bfloat16 (AVX512-BF16 or AMX-BF16), as PyTorch's CPU backend does: the
+// operands are rounded to bfloat16 copies (oneDNN 2.6's matmul ignores the bf16 fpmath
+// mode, so the copies are ours) and multiplied with float32 accumulation into the float32
+// result, bias and post-ops in float32. Elsewhere, and under "high" (no TF32 or
+// bfloat16x3 arithmetic on these CPUs), float32 products stay float32.
+//
 // Fallbacks: float64 goes to the Eigen GEMM (oneDNN has no f64 matmul). A oneDNN float16
 // matmul needs AVX512-FP16 (or AMX-FP16); where the primitive cannot be created (CPUs
 // without it, such as AVX-512 EPYCs) or only the reference kernel exists, which is found
@@ -17,6 +24,8 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/onednn_cache.h"
+#include "ampgrad/hw/profile.h"
+#include "ampgrad/matmul_precision.h"
 #include "internal.h"
 
 #include <omp.h>
@@ -53,17 +62,26 @@ dnnl::algorithm post_op_algorithm(Activation act) {
   AG_ERROR("linear", "no oneDNN post-op for the activation ", activation_name(act));
 }
 
+// True when float32 products may compute in bfloat16 now: "medium" on a CPU that runs
+// bfloat16 natively (the same verdict as precision "auto" reads).
+bool float32_in_bf16() {
+  static const bool native =
+      hw::verdict(hw::query(), Device(kCPU), kBFloat16).support == hw::Support::Native;
+  return native && float32_matmul_precision() == Float32MatmulPrecision::Medium;
+}
+
 // t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands);
-// act: an activation applied as a post-op (None: none); mul: the result multiplied by a
-// tensor of its own shape and type (a binary post-op, after act).
-std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, Activation act, bool mul = false) {
+// tb: the bias's type (t, or f32 under "medium"); act: an activation applied as a post-op
+// (None: none); mul: the result multiplied by a tensor of its own shape and type (a binary
+// post-op, after act).
+std::shared_ptr<Prim> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, dt tb, Activation act, bool mul) {
   const bool batched = g.B > 1;
   const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
   const memory::desc w = operand_md(batched, g.B, g.K, g.N, g.w, t);
   const memory::desc d = batched ? memory::desc({g.B, g.M, g.N}, td, {g.M * g.N, g.N, 1})
                                  : memory::desc({g.M, g.N}, td, {g.N, 1});
-  const memory::desc b = batched ? memory::desc({1, 1, g.N}, t, {g.N, g.N, 1})
-                                 : memory::desc({1, g.N}, t, {g.N, 1});
+  const memory::desc b = batched ? memory::desc({1, 1, g.N}, tb, {g.N, g.N, 1})
+                                 : memory::desc({1, g.N}, tb, {g.N, 1});
   try {
     const dnnl::matmul::desc desc = bias ? dnnl::matmul::desc(a, w, b, d) : dnnl::matmul::desc(a, w, d);
     dnnl::primitive_attr attr;
@@ -97,7 +115,7 @@ void run_in_float(const Tensor& a, const Tensor& w, const Tensor& bias, const Te
     bf = make_tensor(bias.sizes(), kFloat32, bias.device());
     cpu_backend().copy(bias, bf);
   }
-  run(float_copy(a), float_copy(w), bf, of, op, act);
+  run(operand_copy(a, kFloat32), operand_copy(w, kFloat32), bf, of, op, act);
   if (!direct) cpu_backend().copy(of, out);
 }
 
@@ -176,6 +194,8 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
     if (act != Activation::None) cpu_backend().unary(activation_op(act), out, out, {});
     return;
   }
+  if (dtype == kFloat32 && float32_in_bf16())  // "medium"
+    return run(operand_copy(a, kBFloat16), operand_copy(w, kBFloat16), bias, out, op, act, mul);
   // A weight gradient's product, dY^T X: a transposed and a long inner dimension (the
   // batch's rows). oneDNN's sgemm reads a transposed a as part of its packing, where the
   // matmul primitive first copies it: bench_matmul's weight_grad rows, 4-9% less time.
@@ -186,9 +206,10 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
     return;
   Key key;
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
-      << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr);
+      << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr)
+      << (bias.defined() ? int64_t(bias.dtype()) : -1);
   std::shared_ptr<Prim> prim =
-      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), act, mul != nullptr); }); },
+      guarded(op, [&] { return matmul_cache().get(key, [&] { return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(), bias.defined() ? dnnl_type(bias.dtype()) : dt::f32, act, mul != nullptr); }); },
               [&] {
                 return std::string(dtype_name(dtype)) + " [" + std::to_string(g.B) + ", " + std::to_string(g.M) + ", " +
                        std::to_string(g.K) + "] @ [" + std::to_string(g.B) + ", " + std::to_string(g.K) + ", " +

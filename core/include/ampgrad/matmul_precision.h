@@ -2,10 +2,17 @@
 // torch.set_float32_matmul_precision).
 //
 // "highest" (the default) computes float32 products in full float32. "high" and "medium"
-// let an accelerator use faster reduced-precision arithmetic for float32 operands: the
-// CUDA backend then allows TF32 tensor cores in cuBLASLt (CUBLAS_COMPUTE_32F_FAST_TF32)
-// and cuDNN (CUDNN_DEFAULT_MATH instead of CUDNN_FMA_MATH). Products of other dtypes and
-// the CPU backend ignore the setting. It is process-wide and read at each call.
+// let the hardware use faster reduced-precision arithmetic for float32 operands; the
+// result stays float32:
+// - CUDA: both allow TF32 tensor cores in cuBLASLt (CUBLAS_COMPUTE_32F_FAST_TF32) and
+//   cuDNN (CUDNN_DEFAULT_MATH instead of CUDNN_FMA_MATH).
+// - CPU, oneDNN build: "medium" rounds the operands of float32 matmul and linear (forward
+//   and backward) to bfloat16 and accumulates in float32, where the CPU runs bfloat16
+//   natively (AVX512-BF16 or AMX-BF16; hw::verdict); bias, post-ops, convolutions and
+//   attention stay float32, as in PyTorch's CPU backend. "high" changes nothing there (these
+//   CPUs have no TF32 arithmetic), nor does either value on other CPUs or in the Eigen-only
+//   build.
+// Products of other dtypes ignore the setting. It is process-wide and read at each call.
 #pragma once
 
 #include <string>
