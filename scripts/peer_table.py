@@ -3,11 +3,14 @@
 
 Reads the folder that bench-vs-torch filled, round by round (R = 1..rounds, P = a precision):
   ours.steps.R.json      bench_train (Google Benchmark JSON): train_step/<model>/ampgrad
-                         (32-true) and amp_train_step/<model>/ampgrad (bf16-mixed), each with
-                         its rate counter (samples/s or tokens/s) and flops_per_item
+                         (32-true), amp_train_step/<model>/ampgrad (bf16-mixed) and, with
+                         bf16 hardware, train_step_medium/<model>/ampgrad (32-true with
+                         "medium" float32 products), each with its rate counter (samples/s
+                         or tokens/s) and flops_per_item
   ours.matmul.R.json     bench_matmul: matmul/<dtype>/1024/{ampgrad,onednn}, counter GFLOP/s
   ours.tiny.R.json       bench_ops: tiny_add/grad_off/ampgrad
   {torch,fabric}.steps.P.R.out   bench/torch_train.py's JSON {model: rate}; .err names torch
+                         (P = medium: torch's 32-true under --matmul-precision medium)
   {ours,torch,fabric}.e2e.P.R.json   ampgrad-train's / bench/torch_trainer.py's --json
 Every figure is the median over the rounds that produced it. Standard library only; exits 1
 when no ampgrad step row came back.
@@ -25,6 +28,13 @@ E2E_ACCURACY = 0.875      # ampgrad-train's MLP after 5 epochs
 E2E_OF_STEP = 0.9         # the trainer's rate at least 90% of the bench step's
 TINY_ADD_NS = 300
 MATMUL_OF_ONEDNN = 0.95
+MEDIUM = "medium"         # the step table of float32 models with "medium" float32 products
+STEP_TITLES = {
+    "32-true": "training step, 32-true",
+    "bf16-mixed": "training step, bf16-mixed (PyTorch: torch.autocast cpu bfloat16)",
+    MEDIUM: "training step, 32-true with float32 products in bfloat16 (set_float32_matmul_precision(\"medium\")"
+            " on both sides; no target)",
+}
 
 
 def load_json(path):
@@ -85,8 +95,8 @@ def main():
             if b.get("run_type") == "aggregate":
                 continue
             parts = b["name"].split("/")
-            if parts[0] in ("train_step", "amp_train_step"):
-                key = ("32-true" if parts[0] == "train_step" else "bf16-mixed", parts[1])
+            if parts[0] in ("train_step", "amp_train_step", "train_step_medium"):
+                key = ({"train_step": "32-true", "amp_train_step": "bf16-mixed"}.get(parts[0], MEDIUM), parts[1])
                 if b.get("error_occurred"):
                     errors[key] = b.get("error_message", "error")
                     continue
@@ -104,7 +114,7 @@ def main():
     # ---- the peers' step rates ----
     peer, torch_info = {}, ""
     for side in ("torch", "fabric"):
-        for p in precisions:
+        for p in precisions + [MEDIUM]:
             for path in sorted(glob.glob(os.path.join(d, f"{side}.steps.{p}.*.out"))):
                 for model, v in (load_json(path) or {}).items():
                     peer.setdefault((side, p, model), []).append(v)
@@ -156,14 +166,18 @@ def main():
 
     # ---- the step tables ----
     ok_all = True
-    for p in precisions:
+    medium_rows = any(k[0] == MEDIUM for k in ours)
+    for p in precisions + ([MEDIUM] if medium_rows else []):
         print()
-        print(f"training step, {p}" + (" (PyTorch: torch.autocast cpu bfloat16)" if p != "32-true" else "")
-              + ": batch 128 (mlp, cnn), 32 x 64 tokens (gpt), 8 x 256 tokens (gpt_nanogpt)")
+        print(STEP_TITLES[p] + ": batch 128 (mlp, cnn), 32 x 64 tokens (gpt), 8 x 256 tokens (gpt_nanogpt)")
         header = ("model", "unit", "ampgrad", "PyTorch", "Fabric", "ours/PyTorch", "target", "",
                   "GFLOP/s", "of fp32 GEMM", "PyTorch's", "note")
         rows = []
         for model, unit, target in MODELS:
+            if p == MEDIUM:
+                if (p, model) not in ours and (p, model) not in errors:
+                    continue
+                target = None
             o = med(ours.get((p, model), []))
             t = med(peer.get(("torch", p, model), []))
             f = med(peer.get(("fabric", p, model), []))
@@ -174,14 +188,14 @@ def main():
             for side, vs in (("ampgrad", ours.get((p, model), [])), ("PyTorch", peer.get(("torch", p, model), []))):
                 if spread(vs) > 20:
                     notes.append(f"{side} noisy (rounds differ by {spread(vs):.0f}%)")
-            verdict = "-" if r is None else ("ok" if r >= target else "MISS")
+            verdict = "-" if r is None or target is None else ("ok" if r >= target else "MISS")
             ok_all &= verdict != "MISS"
             fl = flops.get(model)
             gf = o * fl / 1e9 if o and fl else None
             tgf = t * fl / 1e9 if t and fl else None
             rows.append((model, unit, fmt(o) if o else ("ERROR" if (p, model) in errors else "-"),
                          fmt(t) if a.torch else "n/a", fmt(f) if a.fabric else "n/a",
-                         fmt(r, 2), f">= {target}", verdict, fmt(gf, 1),
+                         fmt(r, 2), f">= {target}" if target else "(none)", verdict, fmt(gf, 1),
                          fmt(ratio(gf, gemm32), 2), fmt(ratio(tgf, gemm32), 2), "; ".join(notes)))
         print_table(header, rows)
 

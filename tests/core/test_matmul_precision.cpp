@@ -23,6 +23,9 @@ bool medium_rounds() {
          hw::verdict(hw::query(), Device(kCPU), kBFloat16).support == hw::Support::Native;
 }
 
+constexpr const char* kNoRounding =
+    "\"medium\" leaves float32 products as they are here: no native bfloat16 on this CPU or build (oneDNN ISA: ";
+
 // t (float32) with every element rounded to the nearest bfloat16 (ties to even), as float64.
 // Written out here rather than through the library's conversion.
 Tensor bf16_rounded(const Tensor& t) {
@@ -94,9 +97,7 @@ TEST(MatmulPrecision, MediumIsHighestWithoutNativeBf16) {
 }
 
 TEST(MatmulPrecision, MediumRoundsMatmulOperandsToBf16) {
-  if (!medium_rounds())
-    GTEST_SKIP() << "no native bfloat16 on this CPU or build (" << hw::query().onednn_isa
-                 << "): \"medium\" leaves float32 products as they are";
+  if (!medium_rounds()) GTEST_SKIP() << kNoRounding << hw::query().onednn_isa << ")";
   RestorePrecision restore;
   manual_seed(11);
   // plain, a transposed right operand, and a batch against a broadcast right operand
@@ -116,9 +117,7 @@ TEST(MatmulPrecision, MediumRoundsMatmulOperandsToBf16) {
 }
 
 TEST(MatmulPrecision, MediumRoundsLinearAndItsGradients) {
-  if (!medium_rounds())
-    GTEST_SKIP() << "no native bfloat16 on this CPU or build (" << hw::query().onednn_isa
-                 << "): \"medium\" leaves float32 products as they are";
+  if (!medium_rounds()) GTEST_SKIP() << kNoRounding << hw::query().onednn_isa << ")";
   RestorePrecision restore;
   manual_seed(12);
   // 600 rows: the weight gradient's inner dimension is long enough for its float32 path
