@@ -79,6 +79,10 @@ void Backend::softmax(const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING(
 void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING("softmax"); }
 void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
 void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
+int64_t Backend::layer_norm_inner(const Tensor& x, const Tensor& mean, const Tensor& grad_w, const Tensor& grad_b) {
+  const int64_t rows = mean.numel();
+  return grad_w.defined() ? grad_w.numel() : grad_b.defined() ? grad_b.numel() : rows > 0 ? x.numel() / rows : 0;
+}
 
 void Backend::cross_entropy(const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
 void Backend::cross_entropy_backward(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }

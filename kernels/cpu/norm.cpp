@@ -400,10 +400,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
                                      const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                      const Tensor& grad_w, const Tensor& grad_b) {
   const int64_t rows = mean.numel();
-  const int64_t inner = grad_w.defined()   ? grad_w.numel()
-                        : grad_b.defined() ? grad_b.numel()
-                        : rows > 0         ? x.numel() / rows
-                                           : 0;
+  const int64_t inner = layer_norm_inner(x, mean, grad_w, grad_b);
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using A = acc_type_t<T>;
     const int64_t sz = int64_t(sizeof(T));

@@ -435,10 +435,7 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
                                       const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                       const Tensor& grad_w, const Tensor& grad_b) {
   const int64_t rows = mean.numel();
-  const int64_t inner = grad_w.defined()   ? grad_w.numel()
-                        : grad_b.defined() ? grad_b.numel()
-                        : rows > 0         ? x.numel() / rows
-                                           : 0;
+  const int64_t inner = layer_norm_inner(x, mean, grad_w, grad_b);
   DeviceGuard guard(x.device().index, "layer_norm");
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     launch_layer_norm_backward<T>(grad_out, x, mean, rstd, weight, grad_in, grad_w, grad_b, rows, inner);

@@ -364,6 +364,9 @@ class Backend {
   virtual void layer_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& mean,
                                    const Tensor& rstd, const Tensor& weight, const Tensor& grad_in,
                                    const Tensor& grad_w, const Tensor& grad_b);
+  /// The row length layer_norm_backward works on: the parameter gradients' length where
+  /// one is given, else x's elements per row of mean (0 for no rows).
+  static int64_t layer_norm_inner(const Tensor& x, const Tensor& mean, const Tensor& grad_w, const Tensor& grad_b);
 
   // ---- losses ------------------------------------------------------------------------
   /// Cross entropy with class-index targets, log-softmax and NLL in one pass. x is
