@@ -453,6 +453,39 @@ TEST(Attention, ComposedFormMatchesTheCpuKernel) {
   EXPECT_EQ(composed.host_copies, 0);
 }
 
+// Rows a multiple of 1 KiB apart alias in the L1 cache, so the kernel copies such operands
+// (and lays out its transposed keys and values) with a cache line of padding per row: the
+// heads of a [B, T, 3C] projection with C = 256 (rows 3 KiB apart) and 256 keys (k^T and
+// v^T rows of 256 floats). The values are those of the composed form on the same views.
+TEST(Attention, RowsThatAliasInTheCacheArePaddedWithTheSameValues) {
+  manual_seed(8);
+  ComposedCpu composed;
+  Backend& fused = cpu_backend();
+  const int64_t B = 1, T = 256, H = 8, D = 32, C = H * D;
+  for (DType dt : {kFloat32, kFloat64}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const Tensor qkv = randf({B, T, 3 * C}, dt), go = randf({B, H, T, D}, dt);
+    auto heads = [&](int64_t part) { return qkv.narrow(2, part * C, C).view({B, T, H, D}).transpose(1, 2); };
+    const Tensor q = heads(0), k = heads(1), v = heads(2);
+    ASSERT_EQ(q.stride(2) * int64_t(itemsize(dt)) % 1024, 0);
+    AttentionParams p;
+    p.scale = 1 / std::sqrt(double(D));
+    p.causal = true;
+    TL res[2];
+    Backend* bes[2] = {&fused, &composed};
+    for (int i = 0; i < 2; ++i) {
+      Tensor out = empty({B, H, T, D}, dt), lse = empty({B, H, T}, dt);
+      Tensor gq = empty({B, H, T, D}, dt), gk = empty({B, H, T, D}, dt), gv = empty({B, H, T, D}, dt);
+      bes[i]->attention(q, k, v, Tensor(), p, out, lse);
+      bes[i]->attention_backward(go, q, k, v, Tensor(), out, lse, p, gq, gk, gv);
+      res[i] = {out, lse, gq, gk, gv};
+    }
+    const agt::Tol t = dt == kFloat64 ? agt::Tol{1e-10, 1e-12} : agt::Tol{1e-4, 1e-5};
+    for (size_t i = 0; i < res[0].size(); ++i)
+      EXPECT_TRUE(agt::allclose(res[1][i], res[0][i], t)) << "result " << i << " (out, lse, dq, dk, dv)";
+  }
+}
+
 // q, k and v viewed as heads of one [B, T, 3C] projection: their gradients are slices of
 // one buffer laid out like it, so split's backward joins them without a copy, and the
 // values are those of the same attention on contiguous copies of q, k and v.
