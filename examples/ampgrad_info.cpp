@@ -75,12 +75,14 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
     for (auto dt : dtypes) std::printf(" %-12s", hw::support_name(hw::verdict(p, dev, dt).support));
     std::printf("\n");
   }
+  // Identical GPUs (same name and compute capability) share cuda:0's reasons.
+  const auto same_as_cuda0 = [&](const ag::Device& dev) {
+    return dev.is_cuda() && dev.index > 0 && size_t(dev.index) < p.cuda.size() &&
+           p.cuda[size_t(dev.index)].name == p.cuda[0].name && p.cuda[size_t(dev.index)].cc() == p.cuda[0].cc();
+  };
   std::printf("\nreasons\n");
   for (const auto& dev : devices) {
-    // Identical GPUs (same name and compute capability) share cuda:0's reasons.
-    if (dev.is_cuda() && dev.index > 0 && size_t(dev.index) < p.cuda.size() &&
-        p.cuda[size_t(dev.index)].name == p.cuda[0].name &&
-        p.cuda[size_t(dev.index)].cc() == p.cuda[0].cc()) {
+    if (same_as_cuda0(dev)) {
       std::printf("  %-7s (same as cuda:0)\n", dev.str().c_str());
       continue;
     }
@@ -88,6 +90,23 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
       const auto v = hw::verdict(p, dev, dt);
       std::printf("  %-7s %-9s %-12s %s\n", dev.str().c_str(), ag::dtype_name(dt),
                   hw::support_name(v.support), v.reason.c_str());
+    }
+  }
+
+  // What each float32 product precision computes here (ag::set_float32_matmul_precision).
+  std::printf("\nfloat32 products (set_float32_matmul_precision)\n");
+  for (const auto& dev : devices) {
+    if (same_as_cuda0(dev)) continue;
+    const auto none = hw::float32_products(p, dev, ag::Float32MatmulPrecision::Highest);
+    if (none.support != hw::Support::Native) {  // one line: no precision computes there
+      std::printf("  %-7s %-8s %-9s %s\n", dev.str().c_str(), "any", "-", none.reason.c_str());
+      continue;
+    }
+    for (auto prec : {ag::Float32MatmulPrecision::Highest, ag::Float32MatmulPrecision::High,
+                      ag::Float32MatmulPrecision::Medium}) {
+      const auto v = hw::float32_products(p, dev, prec);
+      std::printf("  %-7s %-8s %-9s %s\n", dev.str().c_str(), ag::float32_matmul_precision_name(prec),
+                  hw::float32_math_name(v.math), v.reason.c_str());
     }
   }
 

@@ -22,14 +22,16 @@ void set_float32_matmul_precision(const std::string& precision) {
   g_precision.store(p, std::memory_order_relaxed);
 }
 
-std::string get_float32_matmul_precision() {
-  switch (float32_matmul_precision()) {
+const char* float32_matmul_precision_name(Float32MatmulPrecision p) {
+  switch (p) {
     case Float32MatmulPrecision::High: return "high";
     case Float32MatmulPrecision::Medium: return "medium";
     case Float32MatmulPrecision::Highest: break;
   }
   return "highest";
 }
+
+std::string get_float32_matmul_precision() { return float32_matmul_precision_name(float32_matmul_precision()); }
 
 Float32MatmulPrecision float32_matmul_precision() { return g_precision.load(std::memory_order_relaxed); }
 

@@ -62,12 +62,12 @@ dnnl::algorithm post_op_algorithm(Activation act) {
   AG_ERROR("linear", "no oneDNN post-op for the activation ", activation_name(act));
 }
 
-// True when float32 products may compute in bfloat16 now: "medium" on a CPU that runs
-// bfloat16 natively (the same verdict as precision "auto" reads).
+// True when float32 products compute in bfloat16 now: "medium" on a CPU that runs bfloat16
+// natively (hw::float32_products, which ampgrad-info prints).
 bool float32_in_bf16() {
-  static const bool native =
-      hw::verdict(hw::query(), Device(kCPU), kBFloat16).support == hw::Support::Native;
-  return native && float32_matmul_precision() == Float32MatmulPrecision::Medium;
+  static const bool medium_bf16 =
+      hw::float32_products(hw::query(), Device(kCPU), Float32MatmulPrecision::Medium).math == hw::Float32Math::BFloat16;
+  return medium_bf16 && float32_matmul_precision() == Float32MatmulPrecision::Medium;
 }
 
 // t: the operands' (and bias's) type; td: the result's (t, or f32 for 16-bit operands);

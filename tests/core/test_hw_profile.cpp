@@ -179,6 +179,49 @@ TEST(HwProfileFake, CpuAmx) {
   EXPECT_EQ(support(no_fp16, ag::kCPU, ag::kFloat16), Support::Native);
 }
 
+// What float32 products compute under each set_float32_matmul_precision value.
+TEST(HwProfileFake, Float32Products) {
+  using P = ag::Float32MatmulPrecision;
+  using M = hw::Float32Math;
+  const auto math = [](const hw::HardwareProfile& p, ag::Device d, P prec) { return hw::float32_products(p, d, prec).math; };
+  const ag::Device cpu(ag::kCPU), gpu(ag::kCUDA, 0);
+  // CPUs: bfloat16 operands under "medium" only where bfloat16 is native; never TF32.
+  for (const auto& p : {hw::profiles::cpu_amx(), hw::profiles::cpu_avx512_bf16()}) {
+    EXPECT_EQ(math(p, cpu, P::Highest), M::Float32);
+    EXPECT_EQ(math(p, cpu, P::High), M::Float32);
+    const auto v = hw::float32_products(p, cpu, P::Medium);
+    EXPECT_EQ(v.support, Support::Native);
+    EXPECT_EQ(v.math, M::BFloat16);
+    EXPECT_TRUE(contains(v.reason, hw::verdict(p, cpu, ag::kBFloat16).reason)) << v.reason;
+  }
+  const auto old = hw::float32_products(hw::profiles::cpu_without_avx512(), cpu, P::Medium);
+  EXPECT_EQ(old.math, M::Float32);
+  EXPECT_TRUE(contains(old.reason, "not native")) << old.reason;
+  EXPECT_TRUE(contains(hw::float32_products(hw::profiles::cpu_amx(), cpu, P::High).reason, "no TF32"));
+  auto eigen_only = hw::profiles::cpu_amx();
+  eigen_only.built_with_onednn = false;
+  const auto e = hw::float32_products(eigen_only, cpu, P::Medium);
+  EXPECT_EQ(e.math, M::Float32);
+  EXPECT_TRUE(contains(e.reason, "without oneDNN")) << e.reason;
+  // CUDA: TF32 under "high" and "medium" from compute capability 8.0.
+  for (const auto& p : {hw::profiles::a100(), hw::profiles::h200()}) {
+    EXPECT_EQ(math(p, gpu, P::Highest), M::Float32);
+    EXPECT_EQ(math(p, gpu, P::High), M::TF32);
+    EXPECT_EQ(math(p, gpu, P::Medium), M::TF32);
+  }
+  const auto t4 = hw::float32_products(hw::profiles::t4(), gpu, P::Medium);
+  EXPECT_EQ(t4.math, M::Float32);
+  EXPECT_TRUE(contains(t4.reason, "7.5")) << t4.reason;
+  // A device that does not compute: unsupported, with verdict's reason.
+  const auto missing = hw::float32_products(hw::profiles::a100(), ag::Device(ag::kCUDA, 8), P::Medium);
+  EXPECT_EQ(missing.support, Support::Unsupported);
+  EXPECT_EQ(missing.reason, hw::verdict(hw::profiles::a100(), ag::Device(ag::kCUDA, 8), ag::kFloat32).reason);
+  EXPECT_EQ(hw::float32_products(hw::profiles::cpu_amx(), gpu, P::High).support, Support::Unsupported);
+  EXPECT_STREQ(hw::float32_math_name(M::TF32), "tf32");
+  EXPECT_STREQ(hw::float32_math_name(M::BFloat16), "bfloat16");
+  EXPECT_STREQ(ag::float32_matmul_precision_name(P::High), "high");
+}
+
 TEST(HwProfileFake, CudaUnsupportedWithReason) {
   // Built without CUDA.
   const auto cpu = hw::profiles::cpu_amx();

@@ -28,5 +28,7 @@ std::string get_float32_matmul_precision();
 /// The setting as backends read it.
 enum class Float32MatmulPrecision { Highest, High, Medium };
 Float32MatmulPrecision float32_matmul_precision();
+/// "highest", "high" or "medium".
+const char* float32_matmul_precision_name(Float32MatmulPrecision p);
 
 }  // namespace ampgrad

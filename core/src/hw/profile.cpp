@@ -116,6 +116,39 @@ Verdict verdict(const HardwareProfile& profile, Device device, DType dtype) {
   return cuda_verdict(profile, device.index, dtype);
 }
 
+const char* float32_math_name(Float32Math m) {
+  switch (m) {
+    case Float32Math::Float32: return "float32";
+    case Float32Math::TF32: return "tf32";
+    case Float32Math::BFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+Float32ProductVerdict float32_products(const HardwareProfile& profile, Device device,
+                                       Float32MatmulPrecision precision) {
+  const Verdict f32 = verdict(profile, device, kFloat32);
+  if (f32.support != Support::Native) return {f32.support, Float32Math::Float32, f32.reason};
+  if (precision == Float32MatmulPrecision::Highest)
+    return {Support::Native, Float32Math::Float32, "\"highest\" (the default) keeps float32 arithmetic"};
+  if (device.is_cpu()) {
+    if (precision == Float32MatmulPrecision::High)
+      return {Support::Native, Float32Math::Float32, "CPUs have no TF32 arithmetic: \"high\" computes as \"highest\""};
+    if (!profile.built_with_onednn)
+      return {Support::Native, Float32Math::Float32,
+              "ampgrad was built without oneDNN: the Eigen products stay float32"};
+    const Verdict bf16 = verdict(profile, device, kBFloat16);
+    if (bf16.support != Support::Native)
+      return {Support::Native, Float32Math::Float32, "bfloat16 is not native here (" + bf16.reason + "): float32 arithmetic"};
+    return {Support::Native, Float32Math::BFloat16, "operands rounded to bfloat16, sums in float32: " + bf16.reason};
+  }
+  const CudaDevice& d = profile.cuda[size_t(device.index)];
+  const std::string cc = "compute capability " + d.compute_capability();
+  if (d.tf32())
+    return {Support::Native, Float32Math::TF32, cc + ": TF32 tensor cores (cuBLASLt and cuDNN), sums in float32"};
+  return {Support::Native, Float32Math::Float32, cc + " has no TF32 tensor cores (8.0+): float32 arithmetic"};
+}
+
 // ---- fake profiles ------------------------------------------------------------------------
 
 namespace profiles {

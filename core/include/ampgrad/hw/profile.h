@@ -22,6 +22,7 @@
 #include "ampgrad/device.h"
 #include "ampgrad/dtype.h"
 #include "ampgrad/hw/cpu.h"
+#include "ampgrad/matmul_precision.h"
 
 namespace ampgrad::hw {
 
@@ -96,6 +97,34 @@ struct Verdict {
 ///   index does not exist;
 /// - integer and bool dtypes: unsupported as compute dtypes for mixed precision.
 Verdict verdict(const HardwareProfile& profile, Device device, DType dtype);
+
+/// The arithmetic of a float32 product; its result is float32 in every case.
+enum class Float32Math {
+  Float32,  ///< float32 multiplies and sums
+  TF32,     ///< TensorFloat-32 tensor cores: operands rounded to 10 mantissa bits, float32 sums
+  BFloat16  ///< operands rounded to bfloat16 (7 mantissa bits), float32 sums
+};
+
+/// "float32", "tf32", "bfloat16".
+const char* float32_math_name(Float32Math m);
+
+struct Float32ProductVerdict {
+  Support support;   ///< Native where the device computes; Unsupported (math unused) where not
+  Float32Math math;
+  std::string reason;  ///< one sentence naming what decided
+};
+
+/// How float32 matmul and linear (and convolutions on CUDA) compute on `device` under
+/// `precision` (ag::set_float32_matmul_precision), for the hardware in `profile`:
+/// - "highest": float32 everywhere;
+/// - CPU: "medium" rounds the operands to bfloat16 where bfloat16 is native there (verdict)
+///   in a build with oneDNN, else float32; "high" is float32 (CPUs have no TF32);
+/// - CUDA: "high" and "medium" use TF32 tensor cores from compute capability 8.0, float32
+///   before; a CUDA device that verdict calls unsupported is unsupported here, its reason
+///   the same.
+/// The CPU backend decides with this function; ampgrad-info prints it.
+Float32ProductVerdict float32_products(const HardwareProfile& profile, Device device,
+                                       Float32MatmulPrecision precision);
 
 /// Fake profiles with realistic names, memory sizes and SM counts, for tests and docs.
 /// The GPU profiles pair the GPU with a typical host CPU of the machines that carry it.
