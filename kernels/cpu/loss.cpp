@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
 #include "cpu/rows.h"
@@ -69,40 +70,39 @@ inline bool valid_target(int64_t t, int64_t p, const Params& q, std::atomic<int6
 
 // ---- forward ------------------------------------------------------------------------------
 
+// Rows rb..re of the forward; inlined into each ISA variant (forward_rows below).
 template <class T>
-void forward_rows(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, int64_t rows, const Params& q,
-                  std::atomic<int64_t>& bad) {
+[[gnu::always_inline]] inline void forward_range(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse,
+                                                 int64_t rb, int64_t re, const Params& q, std::atomic<int64_t>& bad) {
   using A = acc_type_t<T>;
   const int64_t C = q.C;
-  parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
-    std::vector<A> buf(std::is_same_v<T, A> ? 0 : size_t(C));
-    A t[256];
-    for (int64_t r = rb; r < re; ++r) {
-      const A* v;
-      if constexpr (std::is_same_v<T, A>) {
-        v = x + r * C;
-      } else {
-        load_acc<T>(reinterpret_cast<const char*>(x + r * C), int64_t(sizeof(T)), buf.data(), C);
-        v = buf.data();
-      }
-      const A m = row_max(v, C);  // a NaN row gives NaN through exp below
-      A sum = 0;
-      for (int64_t c = 0; c < C; c += 256) {
-        const int64_t k = std::min<int64_t>(256, C - c);
-        for (int64_t i = 0; i < k; ++i) t[i] = exp_acc(v[c + i] - m);
-        sum += lane_sum<A>(k, [&](int64_t i) { return t[i]; });
-      }
-      const A log_sum = std::log(sum);
-      lse[r] = m + log_sum;
-      const int64_t tg = tp[r];
-      A l = 0;
-      if (valid_target(tg, r, q, bad)) {
-        const A xbar = q.ls > 0 ? lane_sum<A>(C, [&](int64_t i) { return v[i]; }) / A(C) : A(0);
-        l = position_loss<A>(m, log_sum, v[tg], xbar, q.ls);
-      }
-      loss[r] = cast<T>(l);
+  std::vector<A> buf(std::is_same_v<T, A> ? 0 : size_t(C));
+  A t[256];
+  for (int64_t r = rb; r < re; ++r) {
+    const A* v;
+    if constexpr (std::is_same_v<T, A>) {
+      v = x + r * C;
+    } else {
+      load_acc<T>(reinterpret_cast<const char*>(x + r * C), int64_t(sizeof(T)), buf.data(), C);
+      v = buf.data();
     }
-  });
+    const A m = row_max(v, C);  // a NaN row gives NaN through exp below
+    A sum = 0;
+    for (int64_t c = 0; c < C; c += 256) {
+      const int64_t k = std::min<int64_t>(256, C - c);
+      for (int64_t i = 0; i < k; ++i) t[i] = exp_acc(v[c + i] - m);
+      sum += lane_sum<A>(k, [&](int64_t i) { return t[i]; });
+    }
+    const A log_sum = std::log(sum);
+    lse[r] = m + log_sum;
+    const int64_t tg = tp[r];
+    A l = 0;
+    if (valid_target(tg, r, q, bad)) {
+      const A xbar = q.ls > 0 ? lane_sum<A>(C, [&](int64_t i) { return v[i]; }) / A(C) : A(0);
+      l = position_loss<A>(m, log_sum, v[tg], xbar, q.ls);
+    }
+    loss[r] = cast<T>(l);
+  }
 }
 
 // inner > 1: task (o, block of w <= kCols positions starting at i0); the block holds
@@ -142,34 +142,75 @@ void forward_cols(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, in
 
 // ---- backward -----------------------------------------------------------------------------
 
+// Rows rb..re of the backward; inlined into each ISA variant (backward_rows below).
+template <class T>
+[[gnu::always_inline]] inline void backward_range(const T* go, const T* x, const int64_t* tp, const acc_type_t<T>* lse,
+                                                  T* gx, int64_t rb, int64_t re, const Params& q) {
+  using A = acc_type_t<T>;
+  const int64_t C = q.C;
+  std::vector<A> vin(std::is_same_v<T, A> ? 0 : size_t(C)), vout(std::is_same_v<T, A> ? 0 : size_t(C));
+  for (int64_t r = rb; r < re; ++r) {
+    const int64_t tg = tp[r];
+    A* out;
+    if constexpr (std::is_same_v<T, A>) out = gx + r * C;
+    else out = vout.data();
+    if (tg == q.ignore) {
+      std::fill(out, out + C, A(0));
+    } else {
+      const A* v;
+      if constexpr (std::is_same_v<T, A>) {
+        v = x + r * C;
+      } else {
+        load_acc<T>(reinterpret_cast<const char*>(x + r * C), int64_t(sizeof(T)), vin.data(), C);
+        v = vin.data();
+      }
+      const A g = cast<A>(go[r]), l = lse[r], gs = g * A(q.ls / double(C));
+      for (int64_t i = 0; i < C; ++i) out[i] = g * exp_acc(v[i] - l) - gs;
+      if (tg >= 0 && tg < C) out[tg] -= g * A(1 - q.ls);
+    }
+    if constexpr (!std::is_same_v<T, A>) store_acc<T>(out, reinterpret_cast<char*>(gx + r * C), int64_t(sizeof(T)), C);
+  }
+}
+
+// ---- the row ranges in the widest variant this CPU runs -------------------------------------
+// The library is built for baseline x86-64, where exp_acc runs 4 floats wide; the float
+// rows are also compiled for AVX-512 (target attribute, as layer norm's and attention's row
+// work) and picked by cpuid. No contraction either way, and the lanes of the sums are fixed
+// (rows.h), so both variants give the same bits.
+#if defined(__x86_64__)
+template <class T>
+AG_AVX512_TARGET void forward_range_avx512(const T* x, const int64_t* tp, T* loss, float* lse, int64_t rb, int64_t re,
+                                           const Params& q, std::atomic<int64_t>& bad) {
+  forward_range<T>(x, tp, loss, lse, rb, re, q, bad);
+}
+template <class T>
+AG_AVX512_TARGET void backward_range_avx512(const T* go, const T* x, const int64_t* tp, const float* lse, T* gx,
+                                            int64_t rb, int64_t re, const Params& q) {
+  backward_range<T>(go, x, tp, lse, gx, rb, re, q);
+}
+#endif
+
+template <class T>
+void forward_rows(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, int64_t rows, const Params& q,
+                  std::atomic<int64_t>& bad) {
+  parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<acc_type_t<T>, float>)
+      if (cpu_has_avx512()) return forward_range_avx512<T>(x, tp, loss, lse, rb, re, q, bad);
+#endif
+    forward_range<T>(x, tp, loss, lse, rb, re, q, bad);
+  });
+}
+
 template <class T>
 void backward_rows(const T* go, const T* x, const int64_t* tp, const acc_type_t<T>* lse, T* gx, int64_t rows,
                    const Params& q) {
-  using A = acc_type_t<T>;
-  const int64_t C = q.C;
-  parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, C)), [&](int64_t rb, int64_t re) {
-    std::vector<A> vin(std::is_same_v<T, A> ? 0 : size_t(C)), vout(std::is_same_v<T, A> ? 0 : size_t(C));
-    for (int64_t r = rb; r < re; ++r) {
-      const int64_t tg = tp[r];
-      A* out;
-      if constexpr (std::is_same_v<T, A>) out = gx + r * C;
-      else out = vout.data();
-      if (tg == q.ignore) {
-        std::fill(out, out + C, A(0));
-      } else {
-        const A* v;
-        if constexpr (std::is_same_v<T, A>) {
-          v = x + r * C;
-        } else {
-          load_acc<T>(reinterpret_cast<const char*>(x + r * C), int64_t(sizeof(T)), vin.data(), C);
-          v = vin.data();
-        }
-        const A g = cast<A>(go[r]), l = lse[r], gs = g * A(q.ls / double(C));
-        for (int64_t i = 0; i < C; ++i) out[i] = g * exp_acc(v[i] - l) - gs;
-        if (tg >= 0 && tg < C) out[tg] -= g * A(1 - q.ls);
-      }
-      if constexpr (!std::is_same_v<T, A>) store_acc<T>(out, reinterpret_cast<char*>(gx + r * C), int64_t(sizeof(T)), C);
-    }
+  parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
+#if defined(__x86_64__)
+    if constexpr (std::is_same_v<acc_type_t<T>, float>)
+      if (cpu_has_avx512()) return backward_range_avx512<T>(go, x, tp, lse, gx, rb, re, q);
+#endif
+    backward_range<T>(go, x, tp, lse, gx, rb, re, q);
   });
 }
 

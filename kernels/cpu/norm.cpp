@@ -5,7 +5,8 @@
 // is widened into a per-thread float buffer once; otherwise a block of up to 16
 // neighbouring columns is widened row by row, every read a contiguous slice, and the math
 // vectorises across the columns. Rows subtract their max before exponentiating, with
-// exp_acc (vec.h) so that the exp loops vectorise.
+// exp_acc (vec.h) so that the exp loops vectorise; the float bodies are compiled for the
+// baseline and for AVX-512 (run_softmax_block).
 //
 // Layer norm normalises rows of `inner` elements. Statistics are two-pass (mean, then the
 // mean squared deviation) in the accumulation type, and mean and rstd are saved per row
@@ -72,7 +73,7 @@ void for_each_block(const Split3& s, const std::array<const Tensor*, NIn>& in, c
 // parameter: a runtime choice inside the loops would keep them from vectorising.
 
 template <bool kLog, class A>
-void softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
+[[gnu::always_inline]] inline void softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
   if (w == 1) {
     const A m = row_max(v, n);  // a NaN row gives NaN through exp below
     if constexpr (kLog) {
@@ -114,7 +115,7 @@ void softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
 
 // softmax: d = y * (g - <g, y>); log-softmax: d = g - exp(y) * sum(g). In place in g.
 template <bool kLog, class A>
-void softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) {
+[[gnu::always_inline]] inline void softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) {
   if (w == 1) {
     if constexpr (kLog) {
       const A sum = lane_sum<A>(n, [&](int64_t i) { return g[i]; });
@@ -138,6 +139,38 @@ void softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) 
       if constexpr (kLog) g[k] -= exp_acc(y[k]) * acc[j];
       else g[k] = y[k] * (g[k] - acc[j]);
     }
+}
+
+// The softmax bodies in the widest variant this CPU runs: compiled for AVX-512 too by a
+// target attribute (the library is built for baseline x86-64, where exp_acc runs 4 floats
+// wide), as cross entropy's rows (loss.cpp). The same arithmetic in both.
+#if defined(__x86_64__)
+template <bool kLog>
+AG_AVX512_TARGET void softmax_block_avx512(float* v, int64_t n, int64_t w, float* scratch) {
+  softmax_block<kLog>(v, n, w, scratch);
+}
+template <bool kLog>
+AG_AVX512_TARGET void softmax_backward_block_avx512(float* g, const float* y, int64_t n, int64_t w, float* scratch) {
+  softmax_backward_block<kLog>(g, y, n, w, scratch);
+}
+#endif
+
+template <bool kLog, class A>
+void run_softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<A, float>)
+    if (cpu_has_avx512()) return softmax_block_avx512<kLog>(v, n, w, scratch);
+#endif
+  softmax_block<kLog>(v, n, w, scratch);
+}
+
+template <bool kLog, class A>
+void run_softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<A, float>)
+    if (cpu_has_avx512()) return softmax_backward_block_avx512<kLog>(g, y, n, w, scratch);
+#endif
+  softmax_backward_block<kLog>(g, y, n, w, scratch);
 }
 
 
@@ -356,8 +389,8 @@ void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& o
   dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&]<class T>() {
     using A = acc_type_t<T>;
     for_each_block<T, 1>(s, {&x}, out, [&](A** b, int64_t n, int64_t w, A* scratch) {
-      if (log) softmax_block<true>(b[0], n, w, scratch);
-      else softmax_block<false>(b[0], n, w, scratch);
+      if (log) run_softmax_block<true>(b[0], n, w, scratch);
+      else run_softmax_block<false>(b[0], n, w, scratch);
     });
   });
 }
@@ -369,8 +402,8 @@ void CpuBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64
   dispatch_floating(y.dtype(), log ? "log_softmax" : "softmax", [&]<class T>() {
     using A = acc_type_t<T>;
     for_each_block<T, 2>(s, {&grad_out, &y}, grad_in, [&](A** b, int64_t n, int64_t w, A* scratch) {
-      if (log) softmax_backward_block<true>(b[0], b[1], n, w, scratch);
-      else softmax_backward_block<false>(b[0], b[1], n, w, scratch);
+      if (log) run_softmax_backward_block<true>(b[0], b[1], n, w, scratch);
+      else run_softmax_backward_block<false>(b[0], b[1], n, w, scratch);
     });
   });
 }

@@ -1,6 +1,8 @@
 // Reductions along a contiguous row in the accumulation type, written so that GCC
 // vectorises them (eight independent lanes, combined in a fixed order): shared by the row
-// kernels of norm.cpp (softmax, layer norm) and loss.cpp (cross entropy).
+// kernels of norm.cpp (softmax, layer norm) and loss.cpp (cross entropy). Always inlined,
+// so that a row kernel compiled for AVX-512 by a target attribute runs them at its width
+// (called out of line they would run the baseline build's SSE code between its own).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@ namespace ampgrad::cpu {
 
 /// Sum of f(i) for i in [0, n) over eight lanes: vectorisable, and its error grows with n / 8.
 template <class A, class F>
-A lane_sum(int64_t n, const F& f) {
+[[gnu::always_inline]] inline A lane_sum(int64_t n, const F& f) {
   A lane[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -23,7 +25,7 @@ A lane_sum(int64_t n, const F& f) {
 /// The largest value of v (NaNs ignored; -inf for an empty row), in eight lanes of selects
 /// that vectorise.
 template <class A>
-A row_max(const A* v, int64_t n) {
+[[gnu::always_inline]] inline A row_max(const A* v, int64_t n) {
   A lane[8];
   for (int k = 0; k < 8; ++k) lane[k] = -std::numeric_limits<A>::infinity();
   int64_t i = 0;
