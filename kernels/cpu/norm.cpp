@@ -173,7 +173,6 @@ void run_softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scrat
   softmax_backward_block<kLog>(g, y, n, w, scratch);
 }
 
-
 // ---- layer norm's rows ------------------------------------------------------------------
 // The library is built for baseline x86-64, where these loops ran 4 wide; they are one
 // always-inlined definition compiled for the baseline and, by a target attribute, for
