@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -336,6 +337,45 @@ struct RowArgs {
 
 constexpr int kLanes = 16;  // a 512-bit vector of floats
 
+// The kLanes lanes of a row's max and sum combined as a tree, four steps deep: lane k takes
+// lane k + w for w = 8, 4, 2, 1, as whole vectors (GCC and clang vector extensions), and
+// lane 0 holds the result. Each ISA variant keeps them in its own registers; walked as an
+// array, the halving steps went through the stack, and the forward at T = 64 and 256
+// spent a fifth of its time in them.
+template <class A>
+struct LaneTree {
+  typedef A V16 __attribute__((vector_size(16 * sizeof(A))));
+  typedef A V8 __attribute__((vector_size(8 * sizeof(A))));
+  typedef A V4 __attribute__((vector_size(4 * sizeof(A))));
+  typedef A V2 __attribute__((vector_size(2 * sizeof(A))));
+  // lo = max(lo, hi) for Max (lane k's max with lane k + w: the later lane where it is
+  // greater; NaN never is), else lo + hi. Operands by reference: vectors passed by value
+  // have a different ABI on each target (GCC's -Wpsabi), though this is always inlined.
+  template <bool Max, class V>
+  [[gnu::always_inline]] static void step(V& lo, const V& hi) {
+    if constexpr (Max) lo = hi > lo ? hi : lo;
+    else lo = lo + hi;
+  }
+  // Each step halves the width, so the later ones run on narrower registers.
+  template <bool Max>
+  [[gnu::always_inline]] static A reduce(const A (&lane)[kLanes]) {
+    static_assert(kLanes == 16);
+    V16 v;
+    std::memcpy(&v, lane, sizeof v);
+    V8 v8 = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    step<Max>(v8, V8(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15)));
+    V4 v4 = __builtin_shufflevector(v8, v8, 0, 1, 2, 3);
+    step<Max>(v4, V4(__builtin_shufflevector(v8, v8, 4, 5, 6, 7)));
+    V2 v2 = __builtin_shufflevector(v4, v4, 0, 1);
+    step<Max>(v2, V2(__builtin_shufflevector(v4, v4, 2, 3)));
+    A r = v2[0];
+    step<Max>(r, v2[1]);
+    return r;
+  }
+  [[gnu::always_inline]] static A max(const A (&lane)[kLanes]) { return reduce<true>(lane); }
+  [[gnu::always_inline]] static A sum(const A (&lane)[kLanes]) { return reduce<false>(lane); }
+};
+
 // The columns of row r that the row work computes: the keys it sees, rounded up to whole
 // vectors (the -inf scores in the rounding give 0 like the rest); what follows is set to 0
 // rather than computed. A T = 64 model's tiles are all diagonal ones, half hidden.
@@ -350,50 +390,60 @@ template <class A>
 template <class A, bool Fma>
 [[gnu::always_inline]] inline void row_work(RowStep step, const RowArgs<A>& a) {
   constexpr A kNegInf = -std::numeric_limits<A>::infinity();
+  // OnlineSoftmax: every row's max first, in a pass of its own, so that one row's
+  // reduction overlaps the next rows' loads instead of holding up its exps (a row is a
+  // single chain: max, shift, exps, sum). The max runs in kLanes independent lanes
+  // (combined in a fixed order), written out here rather than called from rows.h so that
+  // it is inlined into each ISA variant; NaN scores are skipped by the max and reach the sum.
+  A row_max[kBr], shift[kBr], alpha[kBr];
+  if (step == RowStep::OnlineSoftmax) {
+    assert(a.rows <= kBr);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const A* row = a.s + r * kBc;
+      const int64_t n = row_span(a, r);
+      A lane[kLanes];
+      for (int k = 0; k < kLanes; ++k) lane[k] = kNegInf;
+      int64_t c = 0;
+      for (; c + kLanes <= n; c += kLanes)
+        for (int k = 0; k < kLanes; ++k) lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
+      A mx = kNegInf;
+      for (; c < n; ++c) mx = row[c] > mx ? row[c] : mx;
+      const A lane_max = LaneTree<A>::max(lane);
+      row_max[r] = lane_max > mx ? lane_max : mx;
+    }
+    // Then each row's shift and rescaling factor, vectorised across rows. A row with nothing
+    // visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf would be NaN); its
+    // exps are 0 and its accumulator stays 0.
+    for (int64_t r = 0; r < a.rows; ++r) {
+      const A m_old = a.m[r], m_new = row_max[r] > m_old ? row_max[r] : m_old;
+      shift[r] = m_new == kNegInf ? A(0) : m_new;
+      alpha[r] = exp_acc<A, Fma>(m_old - shift[r]);
+      a.m[r] = m_new;
+    }
+  }
   for (int64_t r = 0; r < a.rows; ++r) {
     A* row = a.s + r * kBc;
     const A* zr = a.z ? a.z + r * kBc : nullptr;
     const int64_t n = row_span(a, r);
     switch (step) {
       case RowStep::OnlineSoftmax: {
-        // The max and the sum run in kLanes independent lanes (combined in a fixed order),
-        // written out here rather than called from rows.h so that they are inlined into each
-        // ISA variant; NaN scores are skipped by the max and reach the sum.
-        A lane[kLanes];
-        for (int k = 0; k < kLanes; ++k) lane[k] = kNegInf;
+        const A sh = shift[r];
+        A lane[kLanes] = {};
         int64_t c = 0;
         for (; c + kLanes <= n; c += kLanes)
-          for (int k = 0; k < kLanes; ++k) lane[k] = row[c + k] > lane[k] ? row[c + k] : lane[k];
-        A mx = kNegInf;
-        for (; c < n; ++c) mx = row[c] > mx ? row[c] : mx;
-        // The lanes combine as a tree (four steps deep, not sixteen): at 64 keys a row's
-        // reductions, not its exps, were the longer part of the row work.
-        for (int w = kLanes / 2; w > 0; w /= 2)
-          for (int k = 0; k < w; ++k) lane[k] = lane[k + w] > lane[k] ? lane[k + w] : lane[k];
-        mx = lane[0] > mx ? lane[0] : mx;
-        const A m_old = a.m[r], m_new = mx > m_old ? mx : m_old;
-        // A row with nothing visible yet keeps max -inf: shift by 0, not by -inf (-inf - -inf
-        // would be NaN); its exps are 0 and its accumulator stays 0.
-        const A shift = m_new == kNegInf ? A(0) : m_new;
-        const A alpha = exp_acc<A, Fma>(m_old - shift);
-        for (int k = 0; k < kLanes; ++k) lane[k] = 0;
-        for (c = 0; c + kLanes <= n; c += kLanes)
           for (int k = 0; k < kLanes; ++k) {
-            const A e = exp_acc<A, Fma>(row[c + k] - shift);
+            const A e = exp_acc<A, Fma>(row[c + k] - sh);
             row[c + k] = e;
             lane[k] += e;
           }
         A sum = 0;
-        for (; c < n; ++c) sum += (row[c] = exp_acc<A, Fma>(row[c] - shift));
+        for (; c < n; ++c) sum += (row[c] = exp_acc<A, Fma>(row[c] - sh));
         std::fill(row + n, row + a.cols, A(0));
-        for (int w = kLanes / 2; w > 0; w /= 2)
-          for (int k = 0; k < w; ++k) lane[k] += lane[k + w];
-        sum += lane[0];
-        a.l[r] = a.l[r] * alpha + sum;
-        a.m[r] = m_new;
-        if (alpha != A(1)) {
+        sum += LaneTree<A>::sum(lane);
+        a.l[r] = a.l[r] * alpha[r] + sum;
+        if (alpha[r] != A(1)) {
           A* acc = a.acc + r * a.dv;
-          for (int64_t c = 0; c < a.dv; ++c) acc[c] *= alpha;
+          for (int64_t c = 0; c < a.dv; ++c) acc[c] *= alpha[r];
         }
         if (zr)
           for (int64_t c = 0; c < n; ++c) row[c] *= zr[c];
