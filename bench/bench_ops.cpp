@@ -28,6 +28,10 @@
 // preset's activations (8 x 256 tokens, width 384), forward and backward with weight and
 // bias (the gradients dropped after each iteration); its ceiling, copy, makes the same
 // passes over memory with plain elementwise ops: y = clone(x) forward, dx = dy + x back.
+// transposed_copy/<dtype>/<shape>/*: x.t().contiguous() of a [2048, 1536] matrix and
+// x.transpose(1, 2).contiguous() of a [16, 256, 384] batch (blocked transposes), against
+// the ceiling copy, a plain contiguous copy (clone) of the same tensor; GB/s counts the
+// bytes read and written once each.
 // dropout/<dtype>/2048x384/ampgrad: the nanoGPT preset's dropout on one activation (its
 // mask is a Philox uniform draw, compared and scaled), no gradient.
 // gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
@@ -292,6 +296,21 @@ void BM_column_sum(benchmark::State& state, ag::DType dt, int64_t cols, bool our
   }
 }
 
+void BM_transposed_copy(benchmark::State& state, ag::DType dt, bool batched, bool transposed) {
+  try {
+    ag::NoGradGuard no_grad;
+    ag::manual_seed(0);
+    const ag::Tensor x = batched ? ag::randn({16, 256, 384}).to(dt) : ag::randn({2048, 1536}).to(dt);
+    for (auto _ : state) {
+      const ag::Tensor y = !transposed ? x.clone() : batched ? x.transpose(1, 2).contiguous() : x.t().contiguous();
+      benchmark::DoNotOptimize(y.raw_data());
+    }
+    state.counters["GB/s"] = benchmark::Counter(2.0 * double(x.nbytes()) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  } catch (const ag::Error& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 void BM_dropout(benchmark::State& state, ag::DType dt) {
   try {
     ag::NoGradGuard no_grad;
@@ -374,6 +393,30 @@ BENCHMARK_CAPTURE(BM_column_sum, ours32, ag::kFloat32, 384, true)
     ->Name("column_sum/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_column_sum, all32, ag::kFloat32, 384, false)
     ->Name("column_sum/float32/2048x384/all")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float32_m_ampgrad, ag::kFloat32, false, true)
+    ->Name("transposed_copy/float32/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float32_m_copy, ag::kFloat32, false, false)
+    ->Name("transposed_copy/float32/2048x1536/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float32_b_ampgrad, ag::kFloat32, true, true)
+    ->Name("transposed_copy/float32/16x256x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float32_b_copy, ag::kFloat32, true, false)
+    ->Name("transposed_copy/float32/16x256x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, bfloat16_m_ampgrad, ag::kBFloat16, false, true)
+    ->Name("transposed_copy/bfloat16/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, bfloat16_m_copy, ag::kBFloat16, false, false)
+    ->Name("transposed_copy/bfloat16/2048x1536/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, bfloat16_b_ampgrad, ag::kBFloat16, true, true)
+    ->Name("transposed_copy/bfloat16/16x256x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, bfloat16_b_copy, ag::kBFloat16, true, false)
+    ->Name("transposed_copy/bfloat16/16x256x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float64_m_ampgrad, ag::kFloat64, false, true)
+    ->Name("transposed_copy/float64/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float64_m_copy, ag::kFloat64, false, false)
+    ->Name("transposed_copy/float64/2048x1536/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float64_b_ampgrad, ag::kFloat64, true, true)
+    ->Name("transposed_copy/float64/16x256x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_transposed_copy, float64_b_copy, ag::kFloat64, true, false)
+    ->Name("transposed_copy/float64/16x256x384/copy")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32, true, ag::kFloat32)
     ->Name("layer_norm/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_layer_norm, float32_copy, false, ag::kFloat32)

@@ -220,6 +220,55 @@ TEST(Linalg, TransposedCopiesPutEveryElementInPlace) {
     for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(tv[size_t(i * 40 + j)], wv[size_t(j * 50 + i)]);
 }
 
+// The same for every element width and for the copies that are batches of transposes:
+// transpose(1, 2) of a batch, a permute that moves the innermost dim (NCHW to NHWC), and a
+// copy into a strided destination, whose padding must stay untouched. Each element is
+// checked against its index arithmetic.
+TEST(Linalg, TransposedCopiesOfEveryWidthAndBatch) {
+  manual_seed(18);
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt64, kInt32, kUInt8, kBool}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const auto values = [&](const std::vector<int64_t>& shape) {
+      return randint(0, dt == kBool ? 2 : 100, shape).to(dt);
+    };
+    for (auto [r, c] : std::vector<std::array<int64_t, 2>>{{16, 16}, {17, 33}, {40, 200}, {200, 40}, {33, 1000}, {130, 97}}) {
+      SCOPED_TRACE(std::to_string(r) + "x" + std::to_string(c));
+      // a batch of three [c, r] matrices, each copied transposed
+      const Tensor base = values({3, c, r});
+      const Tensor t = base.transpose(1, 2).contiguous();
+      ASSERT_EQ(t.sizes(), std::vector<int64_t>({3, r, c}));
+      const auto bv = base.to_vector<double>(), tv = t.to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t b = 0; b < 3; ++b)
+        for (int64_t i = 0; i < r; ++i)
+          for (int64_t j = 0; j < c; ++j) wrong += tv[size_t((b * r + i) * c + j)] != bv[size_t((b * c + j) * r + i)];
+      EXPECT_EQ(wrong, 0);
+      // one of them into the middle of a wider, zeroed buffer
+      const Tensor wide = zeros({r, c + 5}, dt);
+      wide.narrow(1, 2, c).copy_(base.select(0, 1).t());
+      const auto wv = wide.to_vector<double>();
+      wrong = 0;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c + 5; ++j) {
+          const double want = j < 2 || j >= c + 2 ? 0.0 : bv[size_t((c + j - 2) * r + i)];
+          wrong += wv[size_t(i * (c + 5) + j)] != want;
+        }
+      EXPECT_EQ(wrong, 0);
+    }
+    // NCHW -> NHWC: per image a [C, H * W] transpose
+    const int64_t N = 2, C = 20, H = 9, W = 7;
+    const Tensor x = values({N, C, H, W});
+    const auto xv = x.to_vector<double>(), yv = x.permute({0, 2, 3, 1}).contiguous().to_vector<double>();
+    int64_t wrong = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          for (int64_t ch = 0; ch < C; ++ch)
+            wrong += yv[size_t(((n * H + h) * W + w) * C + ch)] != xv[size_t(((n * C + ch) * H + h) * W + w)];
+    EXPECT_EQ(wrong, 0);
+  }
+}
+
 TEST(Linalg, MatmulFloat64AndEmptyShapes) {
   manual_seed(14);
   Tensor a = randf({9, 11}, kFloat64), b = randf({11, 4}, kFloat64);
