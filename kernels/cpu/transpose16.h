@@ -1,7 +1,8 @@
 // transpose16: a 16 x 16 block of 32-bit values transposed through AVX-512 registers, for
 // kernels compiled for baseline x86-64 that call it from their own AVX-512 code (attention's
-// k and v transposes, tile_gemm_bf16's pairs). Bits are moved, never converted, so the
-// values may be any 32-bit words viewed as floats.
+// k and v transposes, tile_gemm_bf16's pairs, the CPU backend's transposed copies); and
+// transpose32x32_16, a 32 x 32 block of 16-bit values, built on it. Bits are moved, never
+// converted, so the values may be any 32-bit (16-bit) words viewed as floats.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +54,31 @@ __attribute__((target("avx512f"))) inline void transpose_blocks(const float* src
                                                                  float* dst, int64_t ldd) {
   for (int64_t r0 = 0; r0 + 16 <= R; r0 += 16)
     for (int64_t c0 = 0; c0 + 16 <= C; c0 += 16) transpose16(src + r0 * lds + c0, lds, dst + c0 * ldd + r0, ldd);
+}
+// dst[c * ldd + r] = src[r * lds + c] for a 32 x 32 block of 16-bit words (AVX-512 BW), ldd
+// even. Rows 2p and 2p + 1 interleaved give 32-bit pairs, B[p][c] = (src(2p, c), src(2p + 1,
+// c)); row c of the transpose is row c of B^T read as 16-bit words, so B (two 16 x 16
+// halves, through an L1 buffer) goes through transpose16.
+__attribute__((target("avx512f,avx512bw"))) inline void transpose32x32_16(const uint16_t* src, int64_t lds,
+                                                                          uint16_t* dst, int64_t ldd) {
+  alignas(64) uint32_t b[2][16 * 16];  // b[h][p * 16 + c'] = B[p][16 h + c']
+  __m512i lo_idx, hi_idx;
+  {
+    alignas(64) uint16_t lo[32], hi[32];
+    for (int i = 0; i < 16; ++i) {
+      lo[2 * i] = uint16_t(i), lo[2 * i + 1] = uint16_t(32 + i);            // columns 0..15
+      hi[2 * i] = uint16_t(16 + i), hi[2 * i + 1] = uint16_t(48 + i);       // columns 16..31
+    }
+    lo_idx = _mm512_load_si512(lo);
+    hi_idx = _mm512_load_si512(hi);
+  }
+  for (int p = 0; p < 16; ++p) {
+    const __m512i r0 = _mm512_loadu_si512(src + 2 * p * lds), r1 = _mm512_loadu_si512(src + (2 * p + 1) * lds);
+    _mm512_store_si512(b[0] + p * 16, _mm512_permutex2var_epi16(r0, lo_idx, r1));
+    _mm512_store_si512(b[1] + p * 16, _mm512_permutex2var_epi16(r0, hi_idx, r1));
+  }
+  for (int h = 0; h < 2; ++h)
+    transpose16(reinterpret_cast<const float*>(b[h]), 16, reinterpret_cast<float*>(dst + 16 * h * ldd), ldd / 2);
 }
 AG_AVX512_CODE_END
 
