@@ -1,8 +1,9 @@
 // transpose16: a 16 x 16 block of 32-bit values transposed through AVX-512 registers, for
 // kernels compiled for baseline x86-64 that call it from their own AVX-512 code (attention's
-// k and v transposes, tile_gemm_bf16's pairs, the CPU backend's transposed copies); and
-// transpose32x32_16, a 32 x 32 block of 16-bit values, built on it. Bits are moved, never
-// converted, so the values may be any 32-bit (16-bit) words viewed as floats.
+// k and v transposes, tile_gemm_bf16's pairs, the CPU backend's transposed copies);
+// transpose32x32_16, a 32 x 32 block of 16-bit values, built on it; and transpose8x8_64, an
+// 8 x 8 block of 64-bit values. Bits are moved, never converted, so the values may be any
+// words of their width viewed as floats.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,27 @@ __attribute__((target("avx512f,avx512bw"))) inline void transpose32x32_16(const 
   }
   for (int h = 0; h < 2; ++h)
     transpose16(reinterpret_cast<const float*>(b[h]), 16, reinterpret_cast<float*>(dst + 16 * h * ldd), ldd / 2);
+}
+// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block of 64-bit words: pairs of rows
+// interleaved, then two rounds of 128-bit lane shuffles, as transpose16's last steps.
+__attribute__((target("avx512f"))) inline void transpose8x8_64(const double* src, int64_t lds, double* dst,
+                                                                int64_t ldd) {
+  __m512d r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm512_loadu_pd(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {  // t[i]: columns 0, 2, 4, 6 of rows i, i + 1; t[i + 1]: 1, 3, 5, 7
+    t[i] = _mm512_unpacklo_pd(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_pd(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)  // r[i + j]: columns j and j + 4 of rows i..i + 3
+    for (int j = 0; j < 2; ++j) {
+      r[i + j] = _mm512_shuffle_f64x2(t[i + j], t[i + 2 + j], 0x88);
+      r[i + 2 + j] = _mm512_shuffle_f64x2(t[i + j], t[i + 2 + j], 0xdd);
+    }
+  for (int j = 0; j < 4; ++j) {  // t[k]: column k of all eight rows
+    t[j] = _mm512_shuffle_f64x2(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_f64x2(r[j], r[4 + j], 0xdd);
+  }
+  for (int k = 0; k < 8; ++k) _mm512_storeu_pd(dst + k * ldd, t[k]);
 }
 AG_AVX512_CODE_END
 
