@@ -11,7 +11,8 @@
 //               read a contiguous slice), and the math vectorises across the positions.
 // float16/bfloat16 are computed in float32, float64 in double. lse = max + log(sum) is
 // saved per position; backward is elementwise from it: g * exp(x - lse) - g * ls / C, with
-// g * (1 - ls) taken off at the target class, and zeros at ignored positions.
+// g * (1 - ls) taken off at the target class, and zeros at ignored positions; values below
+// the smallest normal float become zero (flush_denormal).
 //
 // A bad target (neither ignore_index nor in [0, C)) cannot throw inside the parallel
 // region: threads record the lowest bad position, and the kernel throws for it after the
@@ -142,6 +143,17 @@ void forward_cols(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, in
 
 // ---- backward -----------------------------------------------------------------------------
 
+// The gradient flushes values below the smallest normal float to zero, as exp_acc does its
+// results: a confident model's probabilities times 1 / N (mean reduction) can fall into the
+// denormals, and a product that reads them runs many times slower on x86 (microcode assists
+// on denormal operands): the [96, 2048] x [2048, 128] weight gradient of a GPT's head took
+// 0.14 ms on normal values, 2.9 ms with a tenth of its gradient denormal, 14 ms with half.
+// The change is under FLT_MIN (1.2e-38) in absolute value; NaN passes.
+template <class A>
+[[gnu::always_inline]] inline A flush_denormal(A v) {
+  return std::abs(v) < std::numeric_limits<A>::min() ? A(0) : v;
+}
+
 // Rows rb..re of the backward; inlined into each ISA variant (backward_rows below).
 template <class T>
 [[gnu::always_inline]] inline void backward_range(const T* go, const T* x, const int64_t* tp, const acc_type_t<T>* lse,
@@ -165,7 +177,7 @@ template <class T>
         v = vin.data();
       }
       const A g = cast<A>(go[r]), l = lse[r], gs = g * A(q.ls / double(C));
-      for (int64_t i = 0; i < C; ++i) out[i] = g * exp_acc(v[i] - l) - gs;
+      for (int64_t i = 0; i < C; ++i) out[i] = flush_denormal(g * exp_acc(v[i] - l) - gs);
       if (tg >= 0 && tg < C) out[tg] -= g * A(1 - q.ls);
     }
     if constexpr (!std::is_same_v<T, A>) store_acc<T>(out, reinterpret_cast<char*>(gx + r * C), int64_t(sizeof(T)), C);
@@ -234,7 +246,8 @@ void backward_cols(const T* go, const T* x, const int64_t* tp, const acc_type_t<
         l[j] = lse[p0 + j];
       }
       for (int64_t c = 0; c < C; ++c)
-        for (int64_t j = 0; j < w; ++j) b[size_t(c * w + j)] = g[j] * exp_acc(b[size_t(c * w + j)] - l[j]) - gs[j];
+        for (int64_t j = 0; j < w; ++j)
+          b[size_t(c * w + j)] = flush_denormal(g[j] * exp_acc(b[size_t(c * w + j)] - l[j]) - gs[j]);
       for (int64_t j = 0; j < w; ++j) {
         const int64_t tg = tp[p0 + j];
         if (tg == q.ignore)

@@ -4,6 +4,7 @@
 // loops, gradients by finite differences and (cross_entropy's fused kernels) against the
 // loop formula, and the error messages.
 #include <cmath>
+#include <limits>
 
 #include "support/testing.h"
 
@@ -219,6 +220,55 @@ TEST(LossTest, CrossEntropyFusedAgainstLoops) {
                                     dt == ag::kFloat64 ? 1e-12 : 1e-5, dt == ag::kFloat64 ? 1e-12 : 1e-5));
         }
       }
+}
+
+// A confident model's probabilities divided by the batch (mean reduction) fall below the
+// smallest normal float; the gradient flushes those to zero, since denormal operands slow
+// every product that reads it by 20-170x. Logits of -85 next to 0 give probabilities of
+// about 1e-37, times 1/64 a denormal; logits of -80, about 3e-37 after the division, stay.
+// Checked against float64 for both layouts (classes innermost, and [N, C, L]) and bfloat16.
+TEST(LossTest, CrossEntropyGradientFlushesDenormals) {
+  const float tiny = std::numeric_limits<float>::min();
+  for (ag::DType dt : {ag::kFloat32, ag::kBFloat16}) {
+    for (bool spatial : {false, true}) {
+      SCOPED_TRACE(std::string(ag::dtype_name(dt)) + (spatial ? " [N, C, L]" : " [N, C]"));
+      const int64_t N = 64, C = 96, L = spatial ? 3 : 1;
+      // logits[n][c][l]: 0 at class n % C, -85 or -80 (alternating classes) elsewhere
+      std::vector<double> lv(size_t(N * C * L));
+      std::vector<int64_t> tv(size_t(N * L));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t l = 0; l < L; ++l) {
+          tv[size_t(n * L + l)] = (n + l) % C;
+          for (int64_t c = 0; c < C; ++c) lv[size_t((n * C + c) * L + l)] = c == (n + l) % C ? 0.0 : c % 2 ? -85.0 : -80.0;
+        }
+      const std::vector<int64_t> shape = spatial ? std::vector<int64_t>{N, C, L} : std::vector<int64_t>{N, C};
+      const Tensor x = ag::from_vector<double>(lv, shape).to(dt).requires_grad_();
+      const Tensor t = ag::from_vector<int64_t>(tv, spatial ? std::vector<int64_t>{N, L} : std::vector<int64_t>{N});
+      ag::cross_entropy(x, t).backward();
+      const std::vector<double> gv = x.grad().to(ag::kFloat64).to_vector<double>();
+      int64_t denormal = 0, wrong = 0, kept = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t l = 0; l < L; ++l) {
+          double sum = 0;  // the row's softmax in float64
+          for (int64_t c = 0; c < C; ++c) sum += std::exp(lv[size_t((n * C + c) * L + l)]);
+          for (int64_t c = 0; c < C; ++c) {
+            const size_t i = size_t((n * C + c) * L + l);
+            const double want = (std::exp(lv[i]) / sum - (c == tv[size_t(n * L + l)])) / double(N * L);
+            const double got = gv[i];
+            denormal += got != 0 && std::abs(got) < tiny;
+            if (std::abs(want) < tiny) {
+              wrong += got != 0;
+            } else {
+              kept += 1;
+              wrong += std::abs(got - want) > (dt == ag::kFloat32 ? 1e-5 : 1e-2) * std::abs(want);
+            }
+          }
+        }
+      EXPECT_EQ(denormal, 0);
+      EXPECT_EQ(wrong, 0);
+      EXPECT_GE(kept, N * L * (C / 2 - 1));  // the -80 logits and the targets are still there
+    }
+  }
 }
 
 TEST(LossTest, CrossEntropyRecordsOneNode) {
