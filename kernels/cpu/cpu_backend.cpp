@@ -220,8 +220,9 @@ void copy_loop(const Tensor& src, const Tensor& dst) {
 // in src; each plane of those two dims is copied in kTile x kTile blocks, which both sides
 // hold in L1, the blocks' rows spread over the threads. Full blocks of 16-, 32- and 64-bit
 // elements go through AVX-512 registers (transpose32x32_16, transpose16, transpose8x8_64)
-// where the CPU has them: a [1536, 384] float32 matrix took 307 us element by element, 92-97 us so
-// (cache-hot). Bits are moved, never converted. False where the copy is not of this kind.
+// where the CPU has them: a [1536, 384] float32 matrix took 307 us element by element,
+// 92-97 us so (cache-hot). Bits are moved, never converted. False where the copy is not of
+// this kind.
 constexpr int64_t kTile = 32;
 
 // d[r * ldd + c] = s[c * lds + r] for r < rows, c < cols; W is an unsigned word of the
