@@ -13,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "ampgrad/hw/cpu.h"
 #include "cpu/cpu_backend.h"
@@ -239,6 +240,36 @@ void transpose_tile(const W* s, int64_t lds, W* d, int64_t ldd, int64_t rows, in
   for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * ldd, out + r * kTile, size_t(cols) * sizeof(W));
 }
 
+// A full kTile x kTile tile of 16-, 32- or 64-bit words through AVX-512 registers where the
+// CPU has them (16-bit words also need an even ldd); false where not, for transpose_tile.
+template <class W>
+bool transpose_tile_registers(const W* s, int64_t lds, W* d, int64_t ldd) {
+#if defined(__x86_64__)
+  const hw::CpuFeatures& f = hw::cpu_features();
+  if constexpr (sizeof(W) == 1) {
+    return false;
+  } else if constexpr (sizeof(W) == 2) {
+    if (!f.avx512f || !f.avx512bw || ldd % 2 != 0) return false;
+    transpose32x32_16(s, lds, d, ldd);
+  } else {
+    if (!f.avx512f) return false;
+    constexpr int64_t B = sizeof(W) == 4 ? 16 : 8;  // transpose16's or transpose8x8_64's block
+    using F = std::conditional_t<sizeof(W) == 4, float, double>;
+    for (int64_t i = 0; i < kTile; i += B)
+      for (int64_t j = 0; j < kTile; j += B) {
+        const F* sb = reinterpret_cast<const F*>(s + j * lds + i);
+        F* db = reinterpret_cast<F*>(d + i * ldd + j);
+        if constexpr (sizeof(W) == 4) transpose16(sb, lds, db, ldd);
+        else transpose8x8_64(sb, lds, db, ldd);
+      }
+  }
+  return true;
+#else
+  (void)s, (void)lds, (void)d, (void)ldd;
+  return false;
+#endif
+}
+
 // Rows r0..r1 of a plane of C columns, tile by tile.
 template <class W>
 void transpose_plane_rows(const W* s, int64_t lds, W* d, int64_t ldd, int64_t r0, int64_t r1, int64_t C) {
@@ -248,34 +279,8 @@ void transpose_plane_rows(const W* s, int64_t lds, W* d, int64_t ldd, int64_t r0
       const int64_t cols = std::min(kTile, C - cb);
       const W* st = s + cb * lds + rb;
       W* dt = d + rb * ldd + cb;
-#if defined(__x86_64__)
-      if constexpr (sizeof(W) == 4) {
-        static const bool avx512 = hw::cpu_features().avx512f;
-        if (avx512 && rows == kTile && cols == kTile) {
-          for (int64_t i = 0; i < kTile; i += 16)
-            for (int64_t j = 0; j < kTile; j += 16)
-              transpose16(reinterpret_cast<const float*>(st + j * lds + i), lds,
-                          reinterpret_cast<float*>(dt + i * ldd + j), ldd);
-          continue;
-        }
-      } else if constexpr (sizeof(W) == 8) {
-        static const bool avx512 = hw::cpu_features().avx512f;
-        if (avx512 && rows == kTile && cols == kTile) {
-          for (int64_t i = 0; i < kTile; i += 8)
-            for (int64_t j = 0; j < kTile; j += 8)
-              transpose8x8_64(reinterpret_cast<const double*>(st + j * lds + i), lds,
-                              reinterpret_cast<double*>(dt + i * ldd + j), ldd);
-          continue;
-        }
-      } else if constexpr (sizeof(W) == 2) {
-        static const bool avx512bw = hw::cpu_features().avx512f && hw::cpu_features().avx512bw;
-        if (avx512bw && rows == kTile && cols == kTile && ldd % 2 == 0) {
-          transpose32x32_16(st, lds, dt, ldd);
-          continue;
-        }
-      }
-#endif
-      transpose_tile(st, lds, dt, ldd, rows, cols);
+      if (rows < kTile || cols < kTile || !transpose_tile_registers(st, lds, dt, ldd))
+        transpose_tile(st, lds, dt, ldd, rows, cols);
     }
   }
 }
