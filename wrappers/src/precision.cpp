@@ -100,7 +100,7 @@ AcceleratorChoice resolve_accelerator(std::string_view acc, const hw::HardwarePr
         const bool digits = !item.empty() && item.size() <= 7 &&
                             std::all_of(item.begin(), item.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
         AG_CHECK(digits, "accelerator", "bad CUDA device list in \"", acc, "\": ",
-                 item.empty() ? std::string("an empty item") : "\"" + std::string(item) + "\" is not a device index",
+                 item.empty() ? std::string("an empty item") : std::string("\"").append(item).append("\" is not a device index"),
                  "; expected \"cuda\", \"cuda:N\" or \"cuda:N,M,...\"");
         indices.push_back(std::stoi(std::string(item)));
         if (comma == std::string_view::npos) break;
