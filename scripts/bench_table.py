@@ -53,6 +53,11 @@ TARGETS = [
     # bench/dist: the process group's all-reduce within 10% of MPI_Iallreduce polled by hand
     # (from 256 KB; a 4 KB one pays the hand-off to the driver thread, about 7 us).
     (r"^allreduce/f32/(256KB|4MB|64MB)$", "ratio", 0.9),
+    # bench_cuda (on a GPU): a GEMM within 5% of one bare cuBLASLt call; memory-bound ops
+    # at 0.85 (elementwise) and 0.8 (row ops) of cudaMemcpy's bytes per second.
+    (r"^gemm/", "ratio", 0.95),
+    (r"^memory/(add|cast|gelu)$", "ratio", 0.85),
+    (r"^memory/(softmax|layer_norm|cross_entropy)$", "ratio", 0.8),
 ]
 # Counters that must stay at or under a bound in every case that reports them (shown in
 # the note column; a case over its bound is a MISS whatever its other target says).

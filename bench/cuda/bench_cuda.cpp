@@ -4,26 +4,29 @@
 //   against one bare cublasLtMatmul call on the same shapes (row-major via the transposed
 //   problem, fp32 accumulation, the heuristic's first algorithm, a 32 MiB workspace).
 //   Target: ampgrad >= 0.95 of cublaslt.
-// memory/{copy,add,cast,gelu,softmax,layer_norm,cross_entropy}: 256M-element elementwise
-//   ops (bf16, cast float32 -> bf16) and row ops (bf16, rows of 4096) as bytes read and
-//   written per second; memory/copy is cudaMemcpy device to device, the ceiling.
-//   Targets: elementwise >= 0.85 of copy, row ops >= 0.8.
-// gpt2_step/{32-true,16-mixed,bf16-mixed}: a GPT-2-small-shaped training step (12 layers,
+// memory/{add,cast,gelu,softmax,layer_norm,cross_entropy}/{ampgrad,copy}: 256M-element
+//   elementwise ops (bf16, cast float32 -> bf16) and row ops (bf16, rows of 4096) as bytes
+//   read and written per second, each next to cudaMemcpy device to device (copy), the
+//   ceiling. Targets: elementwise >= 0.85 of copy, row ops >= 0.8.
+// gpt2_step/{32-true,16-mixed,bf16-mixed}/ampgrad: a GPT-2-small-shaped training step (12 layers,
 //   12 heads, width 768, context 1024, vocab 50304, batch 8, synthetic tokens) through
 //   ag::Lite with AdamW, tokens/s; bench/peers/gpt_cuda_peer.py is PyTorch's side.
 //   Targets: bf16-mixed >= 3x 32-true and >= PyTorch's bf16 autocast.
 //
 // Timing is by CUDA events around the iterations (manual time), so the host's launch
 // overhead counts only where it keeps the GPU waiting. Without a CUDA device every case
-// skips with the reason.
+// skips with the reason. Names end in the side, "<case>/<ampgrad or ceiling>", as
+// scripts/bench_table.py pairs them.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <ampgrad/ampgrad.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 namespace {
 
@@ -31,7 +34,7 @@ const ag::Device kGpu(ag::kCUDA, 0);
 
 bool no_gpu(benchmark::State& state) {
   if (!ag::hw::query().cuda.empty()) return false;
-  state.SkipWithError("no CUDA device");
+  state.SkipWithError("skipped: no CUDA device");
   return true;
 }
 
@@ -51,10 +54,9 @@ void time_on_gpu(benchmark::State& state, const Body& body, int warmup = 2) {
 }
 
 // ---- GEMM --------------------------------------------------------------------------------------
-void BM_gemm_ampgrad(benchmark::State& state, ag::DType dt) {
+void BM_gemm_ampgrad(benchmark::State& state, ag::DType dt, int64_t n) {
   if (no_gpu(state)) return;
   try {
-    const int64_t n = state.range(0);
     const ag::Tensor a = ag::randn({n, n}, ag::TensorOptions(dt).device(kGpu));
     const ag::Tensor b = ag::randn({n, n}, ag::TensorOptions(dt).device(kGpu));
     ag::NoGradGuard no_grad;
@@ -76,9 +78,8 @@ void BM_gemm_ampgrad(benchmark::State& state, ag::DType dt) {
 
 // The ceiling: one cublasLtMatmul, C = A B for row-major n x n matrices (computed as the
 // column-major C^T = B^T A^T).
-void BM_gemm_cublaslt(benchmark::State& state, ag::DType dt) {
+void BM_gemm_cublaslt(benchmark::State& state, ag::DType dt, int64_t n) {
   if (no_gpu(state)) return;
-  const int64_t n = state.range(0);
   const cudaDataType_t type = dt == ag::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F;
   const ag::Tensor a = ag::randn({n, n}, ag::TensorOptions(dt).device(kGpu));
   const ag::Tensor b = ag::randn({n, n}, ag::TensorOptions(dt).device(kGpu));
@@ -195,19 +196,26 @@ void BM_gpt2_step(benchmark::State& state, const char* precision) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_gemm_ampgrad, bf16, ag::kBFloat16)->Name("gemm/bf16/ampgrad")->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_gemm_cublaslt, bf16, ag::kBFloat16)->Name("gemm/bf16/cublaslt")->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_gemm_ampgrad, f16, ag::kFloat16)->Name("gemm/f16/ampgrad")->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_gemm_cublaslt, f16, ag::kFloat16)->Name("gemm/f16/cublaslt")->Arg(4096)->Arg(8192)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_copy)->Name("memory/copy")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, add, 0)->Name("memory/add")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, cast, 1)->Name("memory/cast")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, gelu, 2)->Name("memory/gelu")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, softmax, 3)->Name("memory/softmax")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, layer_norm, 4)->Name("memory/layer_norm")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_memory_op, cross_entropy, 5)->Name("memory/cross_entropy")->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_gpt2_step, fp32, "32-true")->Name("gpt2_step/32-true")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK_CAPTURE(BM_gpt2_step, fp16, "16-mixed")->Name("gpt2_step/16-mixed")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
-BENCHMARK_CAPTURE(BM_gpt2_step, bf16, "bf16-mixed")->Name("gpt2_step/bf16-mixed")->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+// Registered by name so that each ends in its side: gemm/bf16/4096/ampgrad next to
+// gemm/bf16/4096/cublaslt, memory/add/ampgrad next to memory/add/copy.
+[[maybe_unused]] const bool kRegistered = [] {
+  const auto gpu = [](benchmark::internal::Benchmark* b) { b->UseManualTime()->Unit(benchmark::kMillisecond); };
+  for (const auto& [dt, type] : {std::pair{ag::kBFloat16, "bf16"}, std::pair{ag::kFloat16, "f16"}})
+    for (const int64_t n : {4096, 8192}) {
+      const std::string c = std::string("gemm/") + type + "/" + std::to_string(n);
+      gpu(benchmark::RegisterBenchmark((c + "/ampgrad").c_str(), BM_gemm_ampgrad, dt, n));
+      gpu(benchmark::RegisterBenchmark((c + "/cublaslt").c_str(), BM_gemm_cublaslt, dt, n));
+    }
+  const char* ops[] = {"add", "cast", "gelu", "softmax", "layer_norm", "cross_entropy"};  // BM_memory_op's order
+  for (int op = 0; op < 6; ++op) {
+    const std::string c = std::string("memory/") + ops[op];
+    gpu(benchmark::RegisterBenchmark((c + "/ampgrad").c_str(), BM_memory_op, op));
+    gpu(benchmark::RegisterBenchmark((c + "/copy").c_str(), BM_copy));
+  }
+  for (const char* p : {"32-true", "16-mixed", "bf16-mixed"})
+    gpu(benchmark::RegisterBenchmark((std::string("gpt2_step/") + p + "/ampgrad").c_str(), BM_gpt2_step, p)
+            ->Iterations(5));
+  return true;
+}();
 
 BENCHMARK_MAIN();
