@@ -42,7 +42,11 @@ void keep_cast(const Tensor& t, const Tensor& cast) {
   const std::lock_guard<std::mutex> lock(shadow_mutex());
   AutogradMeta& m = t.unsafe_impl()->meta();
   m.cast_shadow = alias(cast);
-  m.cast_shadow_valid = false;
+  // Valid at once for the value it was cast from: a second forward before any step
+  // (gradient accumulation) reads it instead of casting again.
+  m.cast_shadow_version = t.version();
+  m.cast_shadow_of = t.unsafe_impl()->storage;
+  m.cast_shadow_valid = true;
 }
 
 Tensor shadow_buffer(const Tensor& t) {

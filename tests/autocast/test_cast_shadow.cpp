@@ -73,6 +73,69 @@ TEST(CastShadow, TrainingMatchesAFreshCastEveryStepBitForBit) {
     }
 }
 
+// Forwards with no step between them (gradient accumulation's micro-batches) share the
+// first one's cast, until the parameter changes.
+TEST(CastShadow, ForwardsBeforeTheNextStepShareOneCast) {
+  Net n(12);
+  const Tensor x = randn({16, 32});
+  Tensor first;
+  {
+    AutocastGuard g(kCPU, kBFloat16);
+    first = autocast::cast_inputs("linear", {x, n.w1})[1];
+  }
+  const Tensor sh = detail::shadow_cast(n.w1, kBFloat16);
+  ASSERT_TRUE(sh.defined());
+  EXPECT_TRUE(sh.is_alias_of(first));
+  EXPECT_TRUE(agt::same_bits(sh, n.w1.detach().to(kBFloat16)));
+  {
+    AutocastGuard g(kCPU, kBFloat16);  // a new region: its own cache, the same cast
+    const Tensor second = autocast::cast_inputs("linear", {x, n.w1})[1];
+    EXPECT_TRUE(second.is_alias_of(first));
+    EXPECT_NE(second.grad_fn(), nullptr);
+  }
+  {
+    NoGradGuard ng;
+    n.w1.add_(1.0f);
+  }
+  EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
+  AutocastGuard g(kCPU, kBFloat16);
+  const Tensor third = autocast::cast_inputs("linear", {x, n.w1})[1];
+  EXPECT_FALSE(third.is_alias_of(first));
+  EXPECT_TRUE(agt::same_bits(third, n.w1.detach().to(kBFloat16)));
+  EXPECT_FALSE(agt::same_bits(first, third));
+}
+
+// Gradient accumulation over micro-batches, then a step: the same bits as with a fresh cast
+// in every forward (autocast's cache off: no shadows).
+TEST(CastShadow, GradientAccumulationMatchesFreshCastsBitForBit) {
+  for (DType dt : {kBFloat16, kFloat16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Net shadowed(13), fresh(13);
+    optim::AdamW opt_s(shadowed.params(), {.lr = 1e-2}), opt_f(fresh.params(), {.lr = 1e-2});
+    manual_seed(14);
+    std::vector<Tensor> xs, ys;
+    for (int m = 0; m < 3; ++m) xs.push_back(randn({16, 32})), ys.push_back(randint(0, 10, {16}));
+    for (int step = 0; step < 3; ++step) {
+      for (auto [net, opt, cache] : {std::tuple{&shadowed, &opt_s, true}, std::tuple{&fresh, &opt_f, false}}) {
+        opt->zero_grad();
+        for (int m = 0; m < 3; ++m) {
+          Tensor loss;
+          {
+            AutocastGuard g(kCPU, dt, true, cache);
+            loss = net->loss(xs[size_t(m)], ys[size_t(m)]);
+          }
+          loss.backward();
+        }
+      }
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_TRUE(agt::same_bits(shadowed.params()[i].grad(), fresh.params()[i].grad())) << "step " << step << " grad " << i;
+      opt_s.step();
+      opt_f.step();
+    }
+    for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(agt::same_bits(shadowed.params()[i], fresh.params()[i])) << "param " << i;
+  }
+}
+
 TEST(CastShadow, AnInPlaceWriteAfterTheStepMakesAutocastCastAgain) {
   Net n(3);
   optim::AdamW opt(n.params(), {.lr = 1e-2});

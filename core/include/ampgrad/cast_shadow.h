@@ -3,11 +3,12 @@
 // rewrites the parameter anyway. A shadow is that cast kept with the parameter across steps:
 // the optimizer step writes the new value's rounding in its own pass over the parameter
 // (OptimizerLists::casts, where the backend's optimizer_writes_casts()), and autocast's next
-// cast of the parameter reads the shadow instead of converting again. The values are the
+// cast of the parameter reads the shadow instead of converting again; forwards with no step
+// between them (gradient accumulation) share the first one's cast. The values are the
 // same bits as a fresh cast (the step rounds as to_dtype does); only the pass is saved.
 //
 // Validity rides on the storage's version counter: a shadow counts only for the version
-// the step left, so any in-place write to the parameter afterwards (an op, load_state_dict,
+// it was cast from or the step left, so any in-place write to the parameter afterwards (an op, load_state_dict,
 // raw_data followed by detail::bump_version) makes autocast cast afresh. A shadow buffer is
 // rewritten in place only while nothing but the shadow holds it; a cast still referenced
 // (a graph kept alive, a tensor the user holds) keeps its values, and the step writes a new
@@ -23,8 +24,8 @@ namespace ampgrad::detail {
 /// The valid shadow of leaf t in dtype as a new tensor sharing its memory (no autograd), or
 /// undefined when t has none, it is another dtype, or t changed since a step wrote it.
 Tensor shadow_cast(const Tensor& t, DType dtype);
-/// Keeps `cast`, autocast's fresh cast of t, as t's shadow buffer (not yet valid: only an
-/// optimizer step's write makes it so). Nothing is kept in no-grad mode.
+/// Keeps `cast`, autocast's fresh cast of t, as t's shadow buffer, valid for t's current
+/// version (a forward before the next step reads it). Nothing is kept in no-grad mode.
 void keep_cast(const Tensor& t, const Tensor& cast);
 /// For an optimizer step about to update t: the buffer its rounding goes to (the kept one
 /// when nothing else holds it, else a new one of its dtype), or undefined when t has no
