@@ -16,7 +16,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Tensor randf(const std::vector<int64_t>& shape, DType dt = kFloat32) { return rand(shape, dt) * 2.0 - 1.0; }
+using agt::randf;
 
 std::vector<int64_t> scores_shape(const Tensor& q, const Tensor& k) {
   std::vector<int64_t> s = q.sizes().vec();

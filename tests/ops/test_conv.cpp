@@ -9,13 +9,9 @@
 using namespace ag;
 using TL = std::vector<Tensor>;
 
-namespace ampgrad::detail {
-size_t cpu_primitive_cache_size();  // core/src/internal.h (not on the tests' include path)
-}
-
 namespace {
 
-Tensor randf(const std::vector<int64_t>& shape, DType dt = kFloat32) { return rand(shape, dt) * 2.0 - 1.0; }
+using agt::randf;
 
 struct ConvCase {
   std::vector<int64_t> x;  // N, C, H, W

@@ -12,10 +12,6 @@
 using namespace ag;
 using TL = std::vector<Tensor>;
 
-namespace ampgrad::detail {
-size_t cpu_primitive_cache_size();  // core/src/internal.h (not on the tests' include path)
-}
-
 namespace {
 
 // torch.matmul in float64 with plain loops: 1-D operands get a dim prepended (left) or
@@ -65,29 +61,9 @@ Tensor ref_matmul(const Tensor& a0, const Tensor& b0) {
   return from_vector(out, shape);
 }
 
-// x @ w^T + b in float64 loops.
-Tensor ref_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
-  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
-  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(N), 0.0);
-  std::vector<double> out(size_t(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = bv[size_t(n)];
-      for (int64_t k = 0; k < K; ++k) s += xv[size_t(m * K + k)] * wv[size_t(n * K + k)];
-      out[size_t(m * N + n)] = s;
-    }
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = N;
-  return from_vector(out, shape);
-}
-
-Tensor randf(const std::vector<int64_t>& shape, DType dt = kFloat32) { return rand(shape, dt) * 2.0 - 1.0; }
-
-// float32 against the float64 reference: a K-term dot product's rounding error grows like
-// sqrt(K) times the unit roundoff for random data, and cancellation can make the result
-// much smaller than its terms, so the absolute tolerance grows with sqrt(K).
-agt::Tol fp32_tol(int64_t K) { return {1e-5, 1e-6 * std::sqrt(double(std::max<int64_t>(K, 1))) * 4}; }
+using agt::fp32_tol;
+using agt::randf;
+using agt::ref_linear;
 
 }  // namespace
 

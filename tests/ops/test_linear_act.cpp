@@ -25,23 +25,11 @@ double act_ref(Activation a, double v) {
 
 // act(x @ w^T + b) in float64 loops; x [..., K].
 Tensor ref_linear_act(const Tensor& x, const Tensor& w, const Tensor& b, Activation a) {
-  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
-  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
-  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(N), 0.0);
-  std::vector<double> out(size_t(M * N));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      double s = bv[size_t(n)];
-      for (int64_t k = 0; k < K; ++k) s += xv[size_t(m * K + k)] * wv[size_t(n * K + k)];
-      out[size_t(m * N + n)] = act_ref(a, s);
-    }
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = N;
-  return from_vector(out, shape);
+  return agt::ref_linear(x, w, b, [a](double v) { return act_ref(a, v); });
 }
 
-Tensor randf(const std::vector<int64_t>& shape, DType dt = kFloat32) { return rand(shape, dt) * 2.0 - 1.0; }
-agt::Tol fp32_tol(int64_t K) { return {1e-5, 4e-6 * std::sqrt(double(K))}; }
+using agt::fp32_tol;
+using agt::randf;
 
 // The unfused composition that linear(x, w, b, act) stands for.
 Tensor composed(const Tensor& x, const Tensor& w, const Tensor& b, Activation a) {

@@ -255,4 +255,25 @@ ag::Tensor rand64(const std::vector<int64_t>& shape, double lo, double hi, bool 
   return t;
 }
 
+ag::Tensor randf(const std::vector<int64_t>& shape, ag::DType dt) { return ag::rand(shape, dt) * 2.0 - 1.0; }
+
+ag::Tensor ref_linear(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor& b,
+                      const std::function<double(double)>& act) {
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  const auto xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(N), 0.0);
+  std::vector<double> out(size_t(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = bv[size_t(n)];
+      for (int64_t k = 0; k < K; ++k) s += xv[size_t(m * K + k)] * wv[size_t(n * K + k)];
+      out[size_t(m * N + n)] = act ? act(s) : s;
+    }
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = N;
+  return ag::from_vector(out, shape);
+}
+
+Tol fp32_tol(int64_t K) { return {1e-5, 4e-6 * std::sqrt(double(std::max<int64_t>(K, 1)))}; }
+
 }  // namespace agt

@@ -83,7 +83,27 @@ std::vector<std::string> host_syncs_of(const std::function<void()>& f);
 ag::Tensor rand64(const std::vector<int64_t>& shape, double lo = -1, double hi = 1,
                   bool requires_grad = true);
 
+/// Tensor of the given shape and dtype, uniform in [-1, 1), not requiring grad.
+ag::Tensor randf(const std::vector<int64_t>& shape, ag::DType dt = ag::kFloat32);
+
+/// act(x @ w^T + b) in float64 loops, the independent reference for linear and its fused
+/// forms: x [..., K], w [N, K], b [N] or undefined; act maps each sum (empty: none). The
+/// result is float64 of shape [..., N].
+ag::Tensor ref_linear(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor& b,
+                      const std::function<double(double)>& act = {});
+
+/// float32 products against a float64 reference: a K-term dot product's rounding error
+/// grows like sqrt(K) times the unit roundoff for random data, and cancellation can make
+/// the result much smaller than its terms, so the absolute tolerance grows with sqrt(K).
+Tol fp32_tol(int64_t K);
+
 }  // namespace agt
+
+namespace ampgrad::detail {
+/// How many CPU primitives (oneDNN) are cached: core/src/internal.h, which is not on the
+/// tests' include path.
+size_t cpu_primitive_cache_size();
+}  // namespace ampgrad::detail
 
 /// Skips, and why a test may skip. Every skip says its reason; `scripts/ctest-summary`
 /// prints the reasons after ctest's summary, so nothing skips unseen.
