@@ -24,6 +24,7 @@
 #include <ampgrad/ampgrad.h>
 
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -207,7 +208,7 @@ void BM_gpt2_step(benchmark::State& state, const char* precision) {
       gpu(benchmark::RegisterBenchmark((c + "/cublaslt").c_str(), BM_gemm_cublaslt, dt, n));
     }
   const char* ops[] = {"add", "cast", "gelu", "softmax", "layer_norm", "cross_entropy"};  // BM_memory_op's order
-  for (int op = 0; op < 6; ++op) {
+  for (int op = 0; op < int(std::size(ops)); ++op) {
     const std::string c = std::string("memory/") + ops[op];
     gpu(benchmark::RegisterBenchmark((c + "/ampgrad").c_str(), BM_memory_op, op));
     gpu(benchmark::RegisterBenchmark((c + "/copy").c_str(), BM_copy));

@@ -24,6 +24,13 @@ Tensor alias(const Tensor& c) {
 
 AutogradMeta* meta_of(const Tensor& t) { return t.defined() ? t.unsafe_impl()->autograd.get() : nullptr; }
 
+// The shadow now holds the rounding of t's present value: valid until t changes.
+void mark_valid(AutogradMeta& m, const Tensor& t) {
+  m.cast_shadow_version = t.version();
+  m.cast_shadow_of = t.unsafe_impl()->storage;
+  m.cast_shadow_valid = true;
+}
+
 }  // namespace
 
 Tensor shadow_cast(const Tensor& t, DType dtype) {
@@ -44,9 +51,7 @@ void keep_cast(const Tensor& t, const Tensor& cast) {
   m.cast_shadow = alias(cast);
   // Valid at once for the value it was cast from: a second forward before any step
   // (gradient accumulation) reads it instead of casting again.
-  m.cast_shadow_version = t.version();
-  m.cast_shadow_of = t.unsafe_impl()->storage;
-  m.cast_shadow_valid = true;
+  mark_valid(m, t);
 }
 
 Tensor shadow_buffer(const Tensor& t) {
@@ -65,9 +70,7 @@ void shadow_written(const Tensor& t) {
   const std::lock_guard<std::mutex> lock(shadow_mutex());
   AutogradMeta* m = meta_of(t);
   if (!m || !m->cast_shadow.defined()) return;
-  m->cast_shadow_version = t.version();
-  m->cast_shadow_of = t.unsafe_impl()->storage;
-  m->cast_shadow_valid = true;
+  mark_valid(*m, t);
 }
 
 }  // namespace ampgrad::detail
