@@ -7,9 +7,9 @@
 // between them (gradient accumulation) share the first one's cast. The values are the
 // same bits as a fresh cast (the step rounds as to_dtype does); only the pass is saved.
 //
-// Validity rides on the storage's version counter: a shadow counts only for the version it
-// was cast from or the step left, so any in-place write to the parameter afterwards (an op,
-// load_state_dict, raw_data followed by detail::bump_version) makes autocast cast afresh. A shadow buffer is
+// Validity rides on the storage's version counter: a shadow counts only for the version
+// it was cast from or the step left, so any in-place write to the parameter afterwards (an op, load_state_dict,
+// raw_data followed by detail::bump_version) makes autocast cast afresh. A shadow buffer is
 // rewritten in place only while nothing but the shadow holds it; a cast still referenced
 // (a graph kept alive, a tensor the user holds) keeps its values, and the step writes a new
 // buffer. Only leaves that autocast cast with grad mode on get a shadow (training), so

@@ -282,9 +282,9 @@ struct AutogradMeta {
   std::weak_ptr<Node> grad_accumulator;  // leaves: the node that accumulates into grad
   std::vector<GradHook> hooks;           // leaves: run before accumulation
   std::vector<PostAccumulateHook> post_accumulate_hooks;  // leaves: run after it
-  // Leaves: the cast shadow (ampgrad/cast_shadow.h), a 16-bit rounding of the value kept
-  // from autocast's cast or written by an optimizer step along with the update; valid while
-  // the tensor's storage is still cast_shadow_of and its version cast_shadow_version.
+  // Leaves: the cast shadow (ampgrad/cast_shadow.h), a 16-bit rounding of the value that an
+  // optimizer step writes along with the update; valid while the tensor's storage is still
+  // cast_shadow_of and its version cast_shadow_version.
   Tensor cast_shadow;
   std::weak_ptr<Storage> cast_shadow_of;
   uint64_t cast_shadow_version = 0;
