@@ -6,7 +6,9 @@
 // a steady-state training step then creates none. An entry also keeps one memory object
 // per argument whose data handle is swapped on each call, so the hot path allocates
 // nothing; a second thread that finds the entry busy makes temporary memory objects
-// instead of waiting (primitives themselves may execute concurrently).
+// instead of waiting (primitives themselves may execute concurrently). A Plan is a
+// primitive that runs on layouts it chose itself (oneDNN's blocked ones), with the reorders
+// between those and the caller's layouts.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -25,6 +27,7 @@
 
 #include "ampgrad/dtype.h"
 #include "ampgrad/error.h"
+#include "ampgrad/tensor.h"
 
 namespace ampgrad::cpu::onednn {
 
@@ -130,7 +133,80 @@ inline bool is_reference(const dnnl::primitive_desc_base& pd) {
   return std::strncmp(pd.impl_info_str(), "ref", 3) == 0;
 }
 
-/// Key -> entry (a Prim, or a plan of several), created on first use. Bounded: past
+/// One argument of a plan: the layout its primitive chose, and the reorder between it and
+/// the caller's layout when they differ.
+struct PlanArg {
+  memory::desc md;
+  std::shared_ptr<Prim> reorder;  // null when the caller's memory is used directly
+  bool output = false;
+};
+
+/// A primitive with reorders for the arguments it takes in a layout of its own choosing;
+/// each call reorders through scratch tensors (from the allocator's pool, so a steady
+/// state faults no pages).
+struct Plan {
+  std::shared_ptr<Prim> prim;  // null: no fast kernel; the caller takes its fallback
+  std::vector<PlanArg> args;   // in the order the caller passes its pointers
+  memory::desc dst_user;       // convolution forward plans: the layout of the caller's destination
+
+  bool ok() const { return prim != nullptr; }
+
+  void execute(std::initializer_list<const void*> user, const char* op) const {
+    const void* ptrs[Prim::kMaxArgs] = {};
+    Tensor scratch[Prim::kMaxArgs];
+    size_t i = 0;
+    for (const void* u : user) {
+      const PlanArg& a = args[i];
+      ptrs[i] = u;
+      if (a.reorder) {
+        scratch[i] = make_tensor({int64_t(a.md.get_size())}, kUInt8, Device(kCPU));
+        ptrs[i] = scratch[i].raw_data();
+        if (!a.output) a.reorder->execute({u, ptrs[i]}, op);
+      }
+      ++i;
+    }
+    prim->execute(ptrs, op);
+    i = 0;
+    for (const void* u : user) {
+      const PlanArg& a = args[i];
+      if (a.reorder && a.output) a.reorder->execute({ptrs[i], u}, op);
+      ++i;
+    }
+  }
+};
+
+/// An argument as the caller holds it (user) and as the primitive descriptor chose it.
+struct ArgSpec {
+  int id;
+  memory::desc user, chosen;
+  bool output;
+};
+
+/// The plan of primitive P on descriptor pd; not ok when oneDNN offers only its reference kernel.
+template <class P, class Pd>
+std::shared_ptr<Plan> make_plan(const Pd& pd, const std::vector<ArgSpec>& specs) {
+  auto plan = std::make_shared<Plan>();
+  if (is_reference(pd)) return plan;
+  std::vector<std::pair<int, memory::desc>> prim_args;
+  for (const ArgSpec& s : specs) {
+    PlanArg a;
+    a.md = s.chosen;
+    a.output = s.output;
+    if (s.chosen != s.user) {
+      const memory::desc& from = s.output ? s.chosen : s.user;
+      const memory::desc& to = s.output ? s.user : s.chosen;
+      const dnnl::reorder::primitive_desc rpd(engine(), from, engine(), to);
+      a.reorder = std::make_shared<Prim>(dnnl::reorder(rpd), std::vector<std::pair<int, memory::desc>>{
+                                                                 {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+    }
+    plan->args.push_back(a);
+    prim_args.push_back({s.id, s.chosen});
+  }
+  plan->prim = std::make_shared<Prim>(P(pd), prim_args);
+  return plan;
+}
+
+/// Key -> entry (a Plan, or another kind of prepared work), created on first use. Bounded: past
 /// kCapacity entries the oldest is dropped (entries in use stay alive through their
 /// shared_ptr).
 template <class Entry>

@@ -77,85 +77,14 @@ struct ConvProblem {
   }
 };
 
-// One argument of a convolution primitive: the layout the primitive chose, and the
-// reorder between it and the caller's plain layout when they differ.
-struct PlanArg {
-  memory::desc md;
-  std::shared_ptr<Prim> reorder;  // null when the caller's memory is used directly
-  bool output = false;
-};
-
-// A convolution primitive with its reorders. Blocked layouts (nChw16c, ...) run the
-// direct JIT kernels, about twice as fast on AVX-512 as the GEMM-based kernels oneDNN
-// picks for plain NCHW, reorders included; the per-call reorders go to scratch tensors.
-struct ConvPlan {
-  std::shared_ptr<Prim> prim;  // null: no fast kernel; the caller takes its fallback
-  std::vector<PlanArg> args;   // in the order the caller passes its pointers
-  memory::desc dst_user;       // the layout of the caller's destination (forward plans)
-
-  bool ok() const { return prim != nullptr; }
-
-  void execute(std::initializer_list<const void*> user, const char* op) const {
-    const void* ptrs[Prim::kMaxArgs] = {};
-    Tensor scratch[Prim::kMaxArgs];
-    size_t i = 0;
-    for (const void* u : user) {
-      const PlanArg& a = args[i];
-      ptrs[i] = u;
-      if (a.reorder) {
-        scratch[i] = make_tensor({int64_t(a.md.get_size())}, kUInt8, Device(kCPU));
-        ptrs[i] = scratch[i].raw_data();
-        if (!a.output) a.reorder->execute({u, ptrs[i]}, op);
-      }
-      ++i;
-    }
-    prim->execute(ptrs, op);
-    i = 0;
-    for (const void* u : user) {
-      const PlanArg& a = args[i];
-      if (a.reorder && a.output) a.reorder->execute({ptrs[i], u}, op);
-      ++i;
-    }
-  }
-};
-
-Cache<ConvPlan>& conv_cache() {
-  static auto* c = new Cache<ConvPlan>();
+Cache<Plan>& conv_cache() {
+  static auto* c = new Cache<Plan>();
   return *c;
-}
-
-struct ArgSpec {
-  int id;
-  memory::desc user, chosen;
-  bool output;
-};
-
-template <class Pd, class P>
-std::shared_ptr<ConvPlan> make_plan(const Pd& pd, const std::vector<ArgSpec>& specs) {
-  auto plan = std::make_shared<ConvPlan>();
-  if (is_reference(pd)) return plan;
-  std::vector<std::pair<int, memory::desc>> prim_args;
-  for (const ArgSpec& s : specs) {
-    PlanArg a;
-    a.md = s.chosen;
-    a.output = s.output;
-    if (s.chosen != s.user) {
-      const memory::desc& from = s.output ? s.chosen : s.user;
-      const memory::desc& to = s.output ? s.user : s.chosen;
-      const dnnl::reorder::primitive_desc rpd(engine(), from, engine(), to);
-      a.reorder = std::make_shared<Prim>(dnnl::reorder(rpd), std::vector<std::pair<int, memory::desc>>{
-                                                                 {DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
-    }
-    plan->args.push_back(a);
-    prim_args.push_back({s.id, s.chosen});
-  }
-  plan->prim = std::make_shared<Prim>(P(pd), prim_args);
-  return plan;
 }
 
 // blocked: the caller's destination (forward) or its gradient (backward) is in the
 // layout the forward without bias chose (conv2d_block's activation), not plain NCHW.
-std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias, bool blocked) {
+std::shared_ptr<Plan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias, bool blocked) {
   const auto fwd = cp.forward_pd(t, bias && kind != ConvKind::BackwardData);
   const memory::desc dst_user = blocked ? cp.forward_pd(t, false).dst_desc() : cp.dst_md(t, false);
   switch (kind) {
@@ -164,7 +93,7 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
                                  {DNNL_ARG_WEIGHTS, cp.wei_md(t, false), fwd.weights_desc(), false}};
       if (bias) specs.push_back({DNNL_ARG_BIAS, cp.bias_md(t), fwd.bias_desc(), false});
       specs.push_back({DNNL_ARG_DST, dst_user, fwd.dst_desc(), true});
-      auto plan = make_plan<decltype(fwd), dnnl::convolution_forward>(fwd, specs);
+      auto plan = make_plan<dnnl::convolution_forward>(fwd, specs);
       plan->dst_user = dst_user;
       return plan;
     }
@@ -173,7 +102,7 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
                                                     cp.wei_md(t, true), cp.dst_md(t, true), cp.strides,
                                                     cp.dilation, cp.padding, cp.padding);
       const dnnl::convolution_backward_data::primitive_desc pd(d, engine(), fwd);
-      return make_plan<decltype(pd), dnnl::convolution_backward_data>(
+      return make_plan<dnnl::convolution_backward_data>(
           pd, {{DNNL_ARG_DIFF_DST, dst_user, pd.diff_dst_desc(), false},
                {DNNL_ARG_WEIGHTS, cp.wei_md(t, false), pd.weights_desc(), false},
                {DNNL_ARG_DIFF_SRC, cp.src_md(t, false), pd.diff_src_desc(), true}});
@@ -190,21 +119,21 @@ std::shared_ptr<ConvPlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t,
                                  {DNNL_ARG_DIFF_DST, dst_user, pd.diff_dst_desc(), false},
                                  {DNNL_ARG_DIFF_WEIGHTS, cp.wei_md(t, false), pd.diff_weights_desc(), true}};
       if (bias) specs.push_back({DNNL_ARG_DIFF_BIAS, cp.bias_md(t), pd.diff_bias_desc(), true});
-      return make_plan<decltype(pd), dnnl::convolution_backward_weights>(pd, specs);
+      return make_plan<dnnl::convolution_backward_weights>(pd, specs);
     }
   }
-  return std::make_shared<ConvPlan>();
+  return std::make_shared<Plan>();
 }
 
 // The cached plan; oneDNN having no (or only a reference) kernel gives a not-ok plan.
-std::shared_ptr<ConvPlan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
+std::shared_ptr<Plan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
                                    bool blocked = false, const char* op = "conv2d") {
   return guarded(op, [&] {
     return conv_cache().get(cp.key(kind, dtype, bias) << blocked, [&] {
       try {
         return build_plan(cp, kind, dnnl_type(dtype), bias, blocked);
       } catch (const dnnl::error& e) {
-        if (e.status == dnnl_unimplemented) return std::make_shared<ConvPlan>();
+        if (e.status == dnnl_unimplemented) return std::make_shared<Plan>();
         throw;
       }
     });

@@ -106,6 +106,23 @@ TEST(Linalg, MatmulLargerShapesMatchReference) {
   }
 }
 
+// Products of at least 2048 rows with large weights take the weight in oneDNN's blocked
+// layout, reordered on each call: row-major and transposed weights against the float64
+// reference, and a weight changed in place between two calls is read anew.
+TEST(Linalg, LargeFloat32ProductsWithReorderedWeightsMatchReference) {
+  manual_seed(22);
+  for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{2048, 128, 512}, {2050, 520, 130}}) {
+    Tensor a = randf({m, k});
+    for (bool wt : {false, true}) {
+      Tensor b = wt ? randf({n, k}).t() : randf({k, n});
+      EXPECT_TRUE(agt::allclose(matmul(a, b), ref_matmul(a, b), fp32_tol(k))) << m << "x" << k << "x" << n << " " << wt;
+      b.mul_(-0.5);
+      EXPECT_TRUE(agt::allclose(matmul(a, b), ref_matmul(a, b), fp32_tol(k)))
+          << m << "x" << k << "x" << n << " " << wt << " after the weight changed";
+    }
+  }
+}
+
 // A weight gradient's product dY^T X: the first operand transposed, a long inner dimension
 // (the batch's rows), split into shares with oneDNN and the partial products summed.
 // Against the float64 reference on every thread count, with the second operand row-major

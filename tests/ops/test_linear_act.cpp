@@ -118,6 +118,38 @@ TEST(FeedForward, MatchesTheCompositionAndGradchecks) {
   EXPECT_TRUE(agt::allclose(feed_forward(x, w1, Tensor(), Activation::None, w2), linear(linear(x, w1), w2), 0, 0));
 }
 
+// A GPT-sized feed-forward (2048 rows, weights of 128 x 512): its products take their
+// weights in oneDNN's blocked layout, with the bias, the activation and GELU's slope as
+// post-ops. The forward without gradients, the forward with them and every gradient against
+// the same ops in float64 (another GEMM), and the forward against float64 loops.
+TEST(FeedForward, LargeFloat32ProductsMatchFloat64) {
+  manual_seed(38);
+  const int64_t M = 2048, D = 128, H = 512;
+  for (Activation a : {Activation::GeluErf, Activation::Relu}) {
+    SCOPED_TRACE(activation_name(a));
+    const TL init{randf({M, D}), randf({H, D}), randf({H}), randf({D, H}), randf({D})};
+    TL in32, in64;
+    for (const Tensor& t : init) {
+      in32.push_back(t.detach().requires_grad_());
+      in64.push_back(t.to(kFloat64).requires_grad_());
+    }
+    {
+      NoGradGuard no_grad;
+      EXPECT_TRUE(agt::allclose(linear(init[0], init[1], init[2], a), ref_linear_act(init[0], init[1], init[2], a),
+                                fp32_tol(D)));
+    }
+    Tensor y = feed_forward(in32[0], in32[1], in32[2], a, in32[3], in32[4]);
+    Tensor y64 = feed_forward(in64[0], in64[1], in64[2], a, in64[3], in64[4]);
+    EXPECT_TRUE(agt::allclose(y, y64, fp32_tol(H)));
+    Tensor g = randf({M, D});
+    y.backward(g);
+    y64.backward(g.to(kFloat64));
+    const int64_t sums[] = {H, M, M, M, M};  // each gradient's inner dimension
+    for (size_t i = 0; i < in32.size(); ++i)
+      EXPECT_TRUE(agt::allclose(in32[i].grad(), in64[i].grad(), fp32_tol(4 * sums[i]))) << "gradient " << i;
+  }
+}
+
 // 16-bit operands accumulate in float32 and round the product, the activation and the
 // gradients: against float32 runs of the same rounded inputs within a few of the dtype's
 // roundings.
