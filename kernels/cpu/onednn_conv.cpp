@@ -127,7 +127,7 @@ std::shared_ptr<Plan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, boo
 
 // The cached plan; oneDNN having no (or only a reference) kernel gives a not-ok plan.
 std::shared_ptr<Plan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
-                                   bool blocked = false, const char* op = "conv2d") {
+                               bool blocked = false, const char* op = "conv2d") {
   return guarded(op, [&] {
     return conv_cache().get(cp.key(kind, dtype, bias) << blocked, [&] {
       try {
