@@ -223,13 +223,13 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
       << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr)
       << (bias.defined() ? int64_t(bias.dtype()) : -1);
-  const bool blocked = blocked_weights(g, dtype, out.dtype());
   std::shared_ptr<Plan> plan = guarded(
       op,
       [&] {
         return matmul_cache().get(key, [&] {
           return make_matmul(g, dnnl_type(dtype), dnnl_type(out.dtype()), bias.defined(),
-                             bias.defined() ? dnnl_type(bias.dtype()) : dt::f32, act, mul != nullptr, blocked);
+                             bias.defined() ? dnnl_type(bias.dtype()) : dt::f32, act, mul != nullptr,
+                             blocked_weights(g, dtype, out.dtype()));
         });
       },
       [&] {
