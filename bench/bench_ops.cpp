@@ -32,6 +32,10 @@
 // x.transpose(1, 2).contiguous() of a [16, 256, 384] batch (blocked transposes), against
 // the ceiling copy, a plain contiguous copy (clone) of the same tensor; GB/s counts the
 // bytes read and written once each.
+// convert/<from>_to_<to>/256/ampgrad: ag::convert of one 256-element run, the chunk in which
+// the CPU's loops over 16-bit tensors widen their inputs and round their results (operands
+// in L1, 1024 calls per iteration, a calls/s counter), float32 to bfloat16 and float16 and
+// back: the cost per call, dispatch included, that every such chunk pays.
 // dropout/<dtype>/2048x384/ampgrad: the nanoGPT preset's dropout on one activation (its
 // mask is a Philox uniform draw, compared and scaled), no gradient.
 // gather_batch/float32/60000x784/*: the trainer's batch gather, index_select of 128 rows
@@ -311,6 +315,28 @@ void BM_transposed_copy(benchmark::State& state, ag::DType dt, bool batched, boo
   }
 }
 
+template <class H>
+void convert_runs(benchmark::State& state, bool narrow) {
+  constexpr size_t kRun = 256, kCalls = 1024;
+  std::vector<float> f(kRun), g(kRun);
+  std::vector<H> h(kRun);
+  for (size_t i = 0; i < kRun; ++i) f[i] = std::sin(float(i)) * 3.0f;
+  ag::convert(f.data(), h.data(), kRun);
+  for (auto _ : state) {
+    for (size_t c = 0; c < kCalls; ++c) {
+      if (narrow) ag::convert(f.data(), h.data(), kRun);
+      else ag::convert(h.data(), g.data(), kRun);
+      benchmark::ClobberMemory();
+    }
+  }
+  state.counters["calls/s"] = benchmark::Counter(double(kCalls), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_convert(benchmark::State& state, ag::DType dt, bool narrow) {
+  if (dt == ag::kBFloat16) convert_runs<ag::BFloat16>(state, narrow);
+  else convert_runs<ag::Half>(state, narrow);
+}
+
 void BM_dropout(benchmark::State& state, ag::DType dt) {
   try {
     ag::NoGradGuard no_grad;
@@ -393,6 +419,14 @@ BENCHMARK_CAPTURE(BM_column_sum, ours32, ag::kFloat32, 384, true)
     ->Name("column_sum/float32/2048x384/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_column_sum, all32, ag::kFloat32, 384, false)
     ->Name("column_sum/float32/2048x384/all")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_convert, f32_bf16, ag::kBFloat16, true)
+    ->Name("convert/float32_to_bfloat16/256/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_convert, bf16_f32, ag::kBFloat16, false)
+    ->Name("convert/bfloat16_to_float32/256/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_convert, f32_f16, ag::kFloat16, true)
+    ->Name("convert/float32_to_float16/256/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+BENCHMARK_CAPTURE(BM_convert, f16_f32, ag::kFloat16, false)
+    ->Name("convert/float16_to_float32/256/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_transposed_copy, float32_m_ampgrad, ag::kFloat32, false, true)
     ->Name("transposed_copy/float32/2048x1536/ampgrad")->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
 BENCHMARK_CAPTURE(BM_transposed_copy, float32_m_copy, ag::kFloat32, false, false)
