@@ -12,8 +12,10 @@ Reads the folder that bench-vs-torch filled, round by round (R = 1..rounds, P = 
   {torch,fabric}.steps.P.R.out   bench/torch_train.py's JSON {model: rate}; .err names torch
                          (P = medium: torch's 32-true under --matmul-precision medium)
   {ours,torch,fabric}.e2e.P.R.json   ampgrad-train's / bench/torch_trainer.py's --json
-Every figure is the median over the rounds that produced it. Standard library only; exits 1
-when no ampgrad step row came back.
+Every figure is the median over the rounds that produced it, except the trainer's rate as a
+fraction of the bench step's: the median over the rounds of the two rates of the same round
+(run a minute or two apart, where the medians of each may come from rounds minutes apart on a
+machine whose speed drifts). Standard library only; exits 1 when no ampgrad step row came back.
 """
 import argparse
 import glob
@@ -35,6 +37,10 @@ STEP_TITLES = {
     MEDIUM: "training step, 32-true with float32 products in bfloat16 (set_float32_matmul_precision(\"medium\")"
             " on both sides; no target)",
 }
+
+
+def round_of(path):  # R of a file name <...>.R.json / .R.out
+    return os.path.basename(path).rsplit(".", 2)[-2]
 
 
 def load_json(path):
@@ -84,12 +90,14 @@ def main():
 
     # ---- ampgrad's Google Benchmark rows ----
     ours, flops, errors, ctx = {}, {}, {}, {}
+    ours_by_round = {}  # (precision, model, round) -> rate
     gemm = {}        # (dtype, impl) -> [GFLOP/s]
     tiny = []        # ns
     for path in sorted(glob.glob(os.path.join(d, "ours.*.json"))):
         if ".e2e." in path:
             continue
         data = load_json(path) or {}
+        rnd = round_of(path)
         ctx = ctx or data.get("context", {})
         for b in data.get("benchmarks", []):
             if b.get("run_type") == "aggregate":
@@ -103,6 +111,7 @@ def main():
                 for k, v in b.items():
                     if k.endswith("/s") and k != "items_per_second":
                         ours.setdefault(key, []).append(v)
+                        ours_by_round[key + (rnd,)] = v
                 if "flops_per_item" in b:
                     flops[parts[1]] = b["flops_per_item"]
             elif parts[0] == "matmul" and not b.get("error_occurred") and "GFLOP/s" in b:
@@ -131,9 +140,10 @@ def main():
                 j = load_json(path)
                 if not j:
                     continue
-                e = e2e.setdefault((side, p), {"rate": [], "acc": []})
+                e = e2e.setdefault((side, p), {"rate": [], "acc": [], "by_round": {}})
                 e["rate"].append(j.get("mean_rate", 0))
                 e["acc"].append(j.get("best_test_accuracy", 0))
+                e["by_round"][round_of(path)] = j.get("mean_rate", 0)
 
     gemm32 = med(gemm.get(("float32", "onednn"), []))
     gemm16 = med(gemm.get(("bfloat16", "onednn"), []))
@@ -206,7 +216,8 @@ def main():
     if a.epochs > 0:
         print()
         print(f"ampgrad-train --model mlp end to end, Fashion-MNIST, {a.epochs} epochs, batch 128, AdamW, cosine "
-              "(PyTorch and Fabric: bench/torch_trainer.py, the same loop); rate = samples / training time")
+              "(PyTorch and Fabric: bench/torch_trainer.py, the same loop); rate = samples / training time; "
+              "of bench step: the median over the rounds of ours / the bench step's in the same round")
         header = ("precision", "ampgrad", "accuracy", "PyTorch", "accuracy", "Fabric", "accuracy",
                   "ours/PyTorch", "ours/Fabric", "of bench step", "targets", "note")
         rows = []
@@ -214,8 +225,9 @@ def main():
             o, t, f = (e2e.get((s, p), {"rate": [], "acc": []}) for s in ("ours", "torch", "fabric"))
             orate, trate, frate = med(o["rate"]), med(t["rate"]), med(f["rate"])
             oacc = med(o["acc"])
-            step = med(ours.get((p, "mlp"), []))
-            of_step = ratio(orate, step)
+            of_step = med([ratio(rate, ours_by_round.get((p, "mlp", r)))
+                           for r, rate in o.get("by_round", {}).items()
+                           if ratio(rate, ours_by_round.get((p, "mlp", r))) is not None])
             checks = []
             if a.epochs >= 5 and oacc is not None:
                 checks.append("ok" if oacc >= E2E_ACCURACY else "MISS")
