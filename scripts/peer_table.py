@@ -225,9 +225,8 @@ def main():
             o, t, f = (e2e.get((s, p), {"rate": [], "acc": []}) for s in ("ours", "torch", "fabric"))
             orate, trate, frate = med(o["rate"]), med(t["rate"]), med(f["rate"])
             oacc = med(o["acc"])
-            of_step = med([ratio(rate, ours_by_round.get((p, "mlp", r)))
-                           for r, rate in o.get("by_round", {}).items()
-                           if ratio(rate, ours_by_round.get((p, "mlp", r))) is not None])
+            per_round = [ratio(rate, ours_by_round.get((p, "mlp", r))) for r, rate in o.get("by_round", {}).items()]
+            of_step = med([x for x in per_round if x is not None])
             checks = []
             if a.epochs >= 5 and oacc is not None:
                 checks.append("ok" if oacc >= E2E_ACCURACY else "MISS")
