@@ -2,6 +2,10 @@
 
 #include <omp.h>
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "ampgrad/autograd.h"
@@ -114,6 +118,56 @@ DataLoader::Iterator::Iterator(const DataLoader* loader, std::shared_ptr<const s
   }
 }
 
+// One thread for an epoch's batches, started by its first prefetch and joined with the last
+// copy of the iterator: a thread started for each batch (std::async) cost the consumer
+// about 30 us a batch, 2% of a 1.5 ms MLP step. Batches are fetched in the order asked; an
+// exception in one reaches whoever waits for that batch.
+class DataLoader::Iterator::Prefetcher {
+ public:
+  Prefetcher() : thread_([this] { run(); }) {}
+  ~Prefetcher() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;  // batches not begun are dropped: nobody is left to wait for them
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  std::shared_future<Prepared> submit(std::function<Prepared()> fetch) {
+    std::packaged_task<Prepared()> task(std::move(fetch));
+    std::shared_future<Prepared> done = task.get_future().share();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+ private:
+  void run() {
+    // One thread: an OpenMP team of its own would compete with the training step's team
+    // for the cores.
+    omp_set_num_threads(1);
+    for (;;) {
+      std::packaged_task<Prepared()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (stop_) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<Prepared()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: it starts once the members it uses exist
+};
+
 // Runs on the prefetch thread (or the caller's, without prefetch).
 DataLoader::Iterator::Prepared DataLoader::Iterator::fetch(int64_t batch) const {
   const DataLoaderOptions& opt = loader_->options_;
@@ -153,15 +207,13 @@ void DataLoader::Iterator::load() {
     return;
   }
   if (loader_->prefetch_) {
-    next_ = std::async(std::launch::async, [loader = loader_, order = order_, next] {
-              // One thread: an OpenMP team for this short-lived thread would be created for
-              // every batch and compete with the training step's team for the cores.
-              omp_set_num_threads(1);
-              Iterator tmp;
-              tmp.loader_ = loader;
-              tmp.order_ = order;
-              return tmp.fetch(next);
-            }).share();
+    if (!worker_) worker_ = std::make_shared<Prefetcher>();
+    next_ = worker_->submit([loader = loader_, order = order_, next] {
+      Iterator tmp;
+      tmp.loader_ = loader;
+      tmp.order_ = order;
+      return tmp.fetch(next);
+    });
   } else {
     next_ = {};
   }
@@ -171,6 +223,7 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
   ++pos_;
   if (pos_ >= loader_->num_batches()) {
     current_ = {};
+    worker_.reset();  // the epoch's thread ends with it (unless a copy of the iterator holds it)
     return *this;
   }
   hand_out(next_.valid() ? next_.get() : fetch(pos_));

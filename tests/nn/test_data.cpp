@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -371,6 +372,66 @@ TEST(DataLoader, PrefetchOnAndOffGiveSameBatches) {
   auto it = on.begin();
   ++it;
   EXPECT_EQ(it->target.to_vector<int64_t>()[0], 7);
+}
+
+// A dataset that notes the kernel thread of each get_batch and fails on one sample.
+class WatchedDataset : public data::Dataset {
+ public:
+  explicit WatchedDataset(int64_t fail_on = -1) : inner_(numbered(61)), fail_on_(fail_on) {}
+  int64_t size() const override { return inner_->size(); }
+  data::Batch get_batch(const std::vector<int64_t>& indices) const override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tids_.push_back(int64_t(::gettid()));
+    }
+    for (int64_t i : indices)
+      if (i == fail_on_) AG_ERROR("WatchedDataset", "sample ", i, " is unreadable");
+    return inner_->get_batch(indices);
+  }
+  std::vector<int64_t> tids() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tids_;
+  }
+
+ private:
+  std::shared_ptr<data::TensorDataset> inner_;
+  int64_t fail_on_;
+  mutable std::mutex mu_;
+  mutable std::vector<int64_t> tids_;
+};
+
+// With prefetch the first batch of an epoch is fetched by the caller and every later one by
+// one background thread of that epoch, not a thread per batch; a new epoch starts another.
+TEST(DataLoader, PrefetchRunsOneThreadPerEpoch) {
+  auto ds = std::make_shared<WatchedDataset>();
+  data::DataLoader loader(ds, {.batch_size = 7, .prefetch = true});
+  for (int e = 0; e < 2; ++e) {
+    const size_t seen = ds->tids().size();
+    EXPECT_EQ(epoch(loader).size(), 9u);
+    const std::vector<int64_t> all = ds->tids();
+    const std::vector<int64_t> tids(all.begin() + ptrdiff_t(seen), all.end());
+    ASSERT_EQ(tids.size(), 9u);
+    EXPECT_EQ(tids[0], int64_t(::gettid())) << "epoch " << e;
+    const std::set<int64_t> background(tids.begin() + 1, tids.end());
+    EXPECT_EQ(background.size(), 1u) << "epoch " << e;
+    EXPECT_EQ(background.count(int64_t(::gettid())), 0u) << "epoch " << e;
+  }
+}
+
+// A batch that fails on the prefetch thread fails the ++ that hands it out, with the
+// dataset's own error; the loader's next epoch runs as usual.
+TEST(DataLoader, PrefetchedBatchErrorReachesTheCaller) {
+  for (bool prefetch : {true, false}) {
+    auto ds = std::make_shared<WatchedDataset>(/*fail_on=*/23);  // in the fourth batch of 7
+    data::DataLoader loader(ds, {.batch_size = 7, .prefetch = prefetch});
+    auto it = loader.begin();
+    ++it;
+    ++it;
+    EXPECT_AG_ERROR(++it, "sample 23 is unreadable");
+    auto ok = std::make_shared<WatchedDataset>();
+    data::DataLoader again(ok, {.batch_size = 7, .prefetch = prefetch});
+    EXPECT_EQ(epoch(again).size(), 9u) << "prefetch " << prefetch;
+  }
 }
 
 // Unset, prefetch follows the cores: a background thread only where the OpenMP team leaves

@@ -116,11 +116,14 @@ class DataLoader {
     void load();
     Prepared fetch(int64_t batch) const;
     void hand_out(const Prepared& p);
+    // The epoch's background thread (with prefetch), shared by the iterator's copies.
+    class Prefetcher;
     const DataLoader* loader_ = nullptr;
     std::shared_ptr<const std::vector<int64_t>> order_;
     int64_t pos_ = 0;
     Batch current_;
     std::shared_future<Prepared> next_;
+    std::shared_ptr<Prefetcher> worker_;
   };
 
   /// Starts an epoch: draws a new order when shuffling (the next epoch's, with
