@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -133,8 +132,9 @@ class DataLoader::Iterator::Prefetcher {
     cv_.notify_one();
     thread_.join();
   }
-  std::shared_future<Prepared> submit(std::function<Prepared()> fetch) {
-    std::packaged_task<Prepared()> task(std::move(fetch));
+  template <class Fetch>
+  std::shared_future<Prepared> submit(Fetch&& fetch) {
+    std::packaged_task<Prepared()> task(std::forward<Fetch>(fetch));
     std::shared_future<Prepared> done = task.get_future().share();
     {
       std::lock_guard<std::mutex> lock(mu_);
