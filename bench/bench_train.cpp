@@ -7,16 +7,19 @@
 // int64 tokens [32, 64] with int64 targets [32, 64] (loss over B*T positions).
 // train_step/gpt_nanogpt/ampgrad: nn::gpt_preset("nanogpt") (6 layers, 6 heads, width 384,
 // context 256) with vocab 96 on tokens [8, 256].
+// train_step/gpt_w256/ampgrad: nn::GPT {vocab 96, block 128, layers 4, heads 4, width 256}
+// on tokens [16, 128]: the character model between the two presets on which the float32
+// GPT step was first measured against PyTorch 2.15 (0.8x its tokens/s then).
 // Each case builds its model and optimizer, runs two untimed steps (AdamW state, allocator
 // and first-touch warm-up), then times steps. Wall-clock time (UseRealTime: the ops are
 // multi-threaded, threads from OMP_NUM_THREADS). The rate counter is "samples/s" (MLP,
 // CNN) or "tokens/s" (GPT, B*T per step), also reported as items_per_second. No peer
 // lives here: bench/torch_train.py is the PyTorch side and scripts/bench-vs-torch prints
 // both; scripts/bench shows these rows against the fp32 throughput targets.
-// amp_train_step/{mlp,cnn,gpt,gpt_nanogpt}/ampgrad: the same step in bf16-mixed through
+// amp_train_step/{mlp,cnn,gpt,gpt_w256,gpt_nanogpt}/ampgrad: the same step in bf16-mixed through
 // ag::Lite (setup, lite.backward, the wrapped optimizer's step): scripts/bench-vs-torch puts
 // it next to PyTorch's CPU autocast and Lightning Fabric running the same loop.
-// train_step_medium/{mlp,gpt,gpt_nanogpt}/ampgrad: the float32 step under
+// train_step_medium/{mlp,gpt,gpt_w256,gpt_nanogpt}/ampgrad: the float32 step under
 // ag::set_float32_matmul_precision("medium") (bfloat16 products where the CPU runs bfloat16
 // natively; the same as train_step elsewhere): bench/torch_train.py --matmul-precision
 // medium is its peer.
@@ -41,6 +44,8 @@ namespace {
 constexpr int64_t kImageBatch = 128;
 constexpr int64_t kGptBatch = 32;
 const ag::nn::GPTConfig kGptConfig{.vocab_size = 96, .block_size = 64, .layers = 2, .heads = 4, .width = 128};
+constexpr int64_t kGptW256Batch = 16;
+const ag::nn::GPTConfig kGptW256Config{.vocab_size = 96, .block_size = 128, .layers = 4, .heads = 4, .width = 256};
 constexpr int64_t kNanoGptBatch = 8;
 const ag::nn::GPTConfig kNanoGptConfig = [] {
   ag::nn::GPTConfig c = ag::nn::gpt_preset("nanogpt");
@@ -230,6 +235,8 @@ BENCHMARK_CAPTURE(BM_lite_step, mlp, false, "bf16-mixed")->Name("amp_train_step/
 BENCHMARK_CAPTURE(BM_lite_step, cnn, true, "bf16-mixed")->Name("amp_train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_gpt, small, kGptConfig, kGptBatch)
     ->Name("amp_train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_lite_gpt, w256, kGptW256Config, kGptW256Batch)
+    ->Name("amp_train_step/gpt_w256/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch)
     ->Name("amp_train_step/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_lite_step, lite_bf16, false, "bf16-mixed")->Name("lite_overhead/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
@@ -241,11 +248,15 @@ BENCHMARK_CAPTURE(BM_train_image, mlp, false, "highest")->Name("train_step/mlp/a
 BENCHMARK_CAPTURE(BM_train_image, cnn, true, "highest")->Name("train_step/cnn/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_gpt, small, kGptConfig, kGptBatch, "highest")
     ->Name("train_step/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, w256, kGptW256Config, kGptW256Batch, "highest")
+    ->Name("train_step/gpt_w256/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_gpt, nanogpt, kNanoGptConfig, kNanoGptBatch, "highest")
     ->Name("train_step/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_image, mlp_medium, false, "medium")->Name("train_step_medium/mlp/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_gpt, small_medium, kGptConfig, kGptBatch, "medium")
     ->Name("train_step_medium/gpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+BENCHMARK_CAPTURE(BM_train_gpt, w256_medium, kGptW256Config, kGptW256Batch, "medium")
+    ->Name("train_step_medium/gpt_w256/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_train_gpt, nanogpt_medium, kNanoGptConfig, kNanoGptBatch, "medium")
     ->Name("train_step_medium/gpt_nanogpt/ampgrad")->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 

@@ -13,7 +13,7 @@ reported. Threads: torch.set_num_threads(--threads). Prints one JSON object on s
 starting "torch "), then the runner and precision (a line starting "runner: ").
 
 Models: mlp (784-512-256-10) and cnn on [128, 1, 28, 28], gpt on 32 x 64 tokens,
-gpt_nanogpt (6 layers, 6 heads, width 384, context 256) on 8 x 256 tokens (the default set;
+gpt_w256 (4 layers, 4 heads, width 256, context 128) on 16 x 128 tokens, gpt_nanogpt (6 layers, 6 heads, width 384, context 256) on 8 x 256 tokens (the default set;
 attention is F.scaled_dot_product_attention(is_causal=True) where torch has it), and mlp1024 (784-1024-1024-10, batch 256, input [256, 784]; ask for
 it with --models).
 --precision 32-true (default: plain float32, the old behaviour) or bf16-mixed (CPU
@@ -51,11 +51,15 @@ IMAGE_BATCH = 128
 MLP1024_BATCH = 256
 GPT_BATCH = 32
 GPT = dict(vocab_size=96, block_size=64, layers=2, heads=4, width=128)
+# The character model between the two presets (bench_train's gpt_w256).
+GPT_W256_BATCH = 16
+GPT_W256 = dict(vocab_size=96, block_size=128, layers=4, heads=4, width=256)
 # nn::gpt_preset("nanogpt"): nanoGPT's Shakespeare character model.
 NANOGPT_BATCH = 8
 NANOGPT = dict(vocab_size=96, block_size=256, layers=6, heads=6, width=384)
 # torch >= 2.0 has the fused attention a PyTorch user calls today; torch 1.13 gets the
 # masked softmax.
+GPT_CASES = {"gpt": (GPT, GPT_BATCH), "gpt_w256": (GPT_W256, GPT_W256_BATCH), "gpt_nanogpt": (NANOGPT, NANOGPT_BATCH)}
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
@@ -162,8 +166,8 @@ def make_case(name, precision="32-true", fabric=None):
         y = torch.randint(0, 10, (MLP1024_BATCH,))
         forward_loss = lambda: F.cross_entropy(model(x), y)
         items = MLP1024_BATCH
-    elif name in ("gpt", "gpt_nanogpt"):
-        config, batch = (GPT, GPT_BATCH) if name == "gpt" else (NANOGPT, NANOGPT_BATCH)
+    elif name in GPT_CASES:
+        config, batch = GPT_CASES[name]
         model = GPTModel(**config)
         V, T = config["vocab_size"], config["block_size"]
         idx = torch.randint(0, V, (batch, T))
@@ -171,7 +175,7 @@ def make_case(name, precision="32-true", fabric=None):
         forward_loss = lambda: F.cross_entropy(model(idx).view(-1, V), target.view(-1))
         items = batch * T
     else:
-        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, gpt_nanogpt, mlp1024)")
+        raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, gpt_w256, gpt_nanogpt, mlp1024)")
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
@@ -271,8 +275,8 @@ def setup_runner(args, prog):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (default: leave torch's)")
-    ap.add_argument("--models", default="mlp,cnn,gpt,gpt_nanogpt",
-                    help="comma-separated subset of mlp,cnn,gpt,gpt_nanogpt,mlp1024")
+    ap.add_argument("--models", default="mlp,cnn,gpt,gpt_w256,gpt_nanogpt",
+                    help="comma-separated subset of mlp,cnn,gpt,gpt_w256,gpt_nanogpt,mlp1024")
     ap.add_argument("--precision", choices=("32-true", "bf16-mixed"), default="32-true",
                     help="32-true: float32 (default); bf16-mixed: CPU bfloat16 autocast for forward and loss")
     ap.add_argument("--runner", choices=("torch", "fabric"), default="torch",
