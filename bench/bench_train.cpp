@@ -8,17 +8,18 @@
 // train_step/gpt_nanogpt/ampgrad: nn::gpt_preset("nanogpt") (6 layers, 6 heads, width 384,
 // context 256) with vocab 96 on tokens [8, 256].
 // train_step/gpt_w256/ampgrad: nn::GPT {vocab 96, block 128, layers 4, heads 4, width 256}
-// on tokens [16, 128]: the character model between the two presets on which the float32
-// GPT step was first measured against PyTorch 2.15 (0.8x its tokens/s then).
+// on tokens [16, 128]: the GPT on which the float32 step was first measured against
+// PyTorch 2.15 (0.8x its tokens/s then), in size between the two presets.
 // Each case builds its model and optimizer, runs two untimed steps (AdamW state, allocator
 // and first-touch warm-up), then times steps. Wall-clock time (UseRealTime: the ops are
 // multi-threaded, threads from OMP_NUM_THREADS). The rate counter is "samples/s" (MLP,
 // CNN) or "tokens/s" (GPT, B*T per step), also reported as items_per_second. No peer
 // lives here: bench/torch_train.py is the PyTorch side and scripts/bench-vs-torch prints
 // both; scripts/bench shows these rows against the fp32 throughput targets.
-// amp_train_step/{mlp,cnn,gpt,gpt_w256,gpt_nanogpt}/ampgrad: the same step in bf16-mixed through
-// ag::Lite (setup, lite.backward, the wrapped optimizer's step): scripts/bench-vs-torch puts
-// it next to PyTorch's CPU autocast and Lightning Fabric running the same loop.
+// amp_train_step/{mlp,cnn,gpt,gpt_w256,gpt_nanogpt}/ampgrad: the same step in bf16-mixed
+// through ag::Lite (setup, lite.backward, the wrapped optimizer's step):
+// scripts/bench-vs-torch puts it next to PyTorch's CPU autocast and Lightning Fabric
+// running the same loop.
 // train_step_medium/{mlp,gpt,gpt_w256,gpt_nanogpt}/ampgrad: the float32 step under
 // ag::set_float32_matmul_precision("medium") (bfloat16 products where the CPU runs bfloat16
 // natively; the same as train_step elsewhere): bench/torch_train.py --matmul-precision

@@ -13,7 +13,8 @@ reported. Threads: torch.set_num_threads(--threads). Prints one JSON object on s
 starting "torch "), then the runner and precision (a line starting "runner: ").
 
 Models: mlp (784-512-256-10) and cnn on [128, 1, 28, 28], gpt on 32 x 64 tokens,
-gpt_w256 (4 layers, 4 heads, width 256, context 128) on 16 x 128 tokens, gpt_nanogpt (6 layers, 6 heads, width 384, context 256) on 8 x 256 tokens (the default set;
+gpt_w256 (4 layers, 4 heads, width 256, context 128) on 16 x 128 tokens, gpt_nanogpt
+(6 layers, 6 heads, width 384, context 256) on 8 x 256 tokens (the default set;
 attention is F.scaled_dot_product_attention(is_causal=True) where torch has it), and mlp1024 (784-1024-1024-10, batch 256, input [256, 784]; ask for
 it with --models).
 --precision 32-true (default: plain float32, the old behaviour) or bf16-mixed (CPU
@@ -51,15 +52,15 @@ IMAGE_BATCH = 128
 MLP1024_BATCH = 256
 GPT_BATCH = 32
 GPT = dict(vocab_size=96, block_size=64, layers=2, heads=4, width=128)
-# The character model between the two presets (bench_train's gpt_w256).
+# bench_train's gpt_w256: the GPT of the first float32 measurement against PyTorch 2.15.
 GPT_W256_BATCH = 16
 GPT_W256 = dict(vocab_size=96, block_size=128, layers=4, heads=4, width=256)
 # nn::gpt_preset("nanogpt"): nanoGPT's Shakespeare character model.
 NANOGPT_BATCH = 8
 NANOGPT = dict(vocab_size=96, block_size=256, layers=6, heads=6, width=384)
+GPT_CASES = {"gpt": (GPT, GPT_BATCH), "gpt_w256": (GPT_W256, GPT_W256_BATCH), "gpt_nanogpt": (NANOGPT, NANOGPT_BATCH)}
 # torch >= 2.0 has the fused attention a PyTorch user calls today; torch 1.13 gets the
 # masked softmax.
-GPT_CASES = {"gpt": (GPT, GPT_BATCH), "gpt_w256": (GPT_W256, GPT_W256_BATCH), "gpt_nanogpt": (NANOGPT, NANOGPT_BATCH)}
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
