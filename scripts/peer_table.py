@@ -28,8 +28,10 @@ import os
 import statistics
 import sys
 
-MODELS = [("mlp", "samples/s", 2.5), ("cnn", "samples/s", 2.0), ("gpt", "tokens/s", 1.4),
-          ("gpt_w256", "tokens/s", 1.4), ("gpt_nanogpt", "tokens/s", 1.4)]
+# (model, rate unit, target ours/PyTorch, what one step takes: bench_train's and torch_train.py's shapes)
+MODELS = [("mlp", "samples/s", 2.5, "batch 128"), ("cnn", "samples/s", 2.0, "batch 128"),
+          ("gpt", "tokens/s", 1.4, "32 x 64 tokens"), ("gpt_w256", "tokens/s", 1.4, "16 x 128 tokens"),
+          ("gpt_nanogpt", "tokens/s", 1.4, "8 x 256 tokens")]
 E2E_ACCURACY = 0.875      # ampgrad-train's MLP after 5 epochs
 E2E_OF_STEP = 0.9         # the trainer's rate at least 90% of the bench step's
 TINY_ADD_NS = 300
@@ -196,12 +198,11 @@ def main():
     medium_rows = any(k[0] == MEDIUM for k in ours)
     for p in precisions + ([MEDIUM] if medium_rows else []):
         print()
-        print(STEP_TITLES[p] + ": batch 128 (mlp, cnn), 32 x 64 tokens (gpt), 16 x 128 tokens (gpt_w256),"
-              " 8 x 256 tokens (gpt_nanogpt)")
+        print(STEP_TITLES[p] + ": " + ", ".join(f"{shape} ({model})" for model, _, _, shape in MODELS))
         header = ("model", "unit", "ampgrad", "PyTorch", "Fabric", "ours/PyTorch", "target", "",
                   "GFLOP/s", "of fp32 GEMM", "PyTorch's", "at 1.0", "note")
         rows = []
-        for model, unit, target in MODELS:
+        for model, unit, target, _ in MODELS:
             if p == MEDIUM:
                 if (p, model) not in ours and (p, model) not in errors:
                     continue
