@@ -82,6 +82,17 @@ void FunctionNode::release() {
   released_ = true;
 }
 
+namespace {
+// Whether dst += src can write into dst's memory: every element of dst is its own (dense,
+// no two indices on one element, which an expanded view breaks) and the sum keeps dst's
+// shape, device and dtype. Who else may see dst is the caller's question.
+bool can_add_in_place(const Tensor& dst, const Tensor& src) {
+  return dst.sizes() == src.sizes() && dst.device() == src.device() &&
+         promote_types(dst.dtype(), src.dtype()) == dst.dtype() && !dst.requires_grad() &&
+         dst.is_non_overlapping_and_dense();
+}
+}  // namespace
+
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
   input_meta.push_back({leaf_.sizes(), leaf_.dtype(), leaf_.device(), std::nullopt});
 }
@@ -100,8 +111,10 @@ TensorList AccumulateGrad::apply(TensorList&& grad_outputs) {
     const bool unshared = g.impl_ptr().use_count() == 1 &&
                           g.unsafe_impl()->storage.use_count() == 1 && g.is_contiguous();
     meta.grad = unshared ? g : g.clone();
+  } else if (can_add_in_place(meta.grad, g)) {
+    meta.grad.add_(g);  // as PyTorch does: a handle the user holds on .grad sees the sum
   } else {
-    meta.grad.add_(g);
+    meta.grad = add(meta.grad, g);  // e.g. a .grad set to an expanded view: new memory
   }
   for (const auto& hook : meta.post_accumulate_hooks) hook(leaf_);
   return {};
@@ -205,8 +218,10 @@ Tensor fit_gradient(const Node& node, size_t i, Tensor g) {
 }
 
 // Sums a gradient into its slot. A slot tensor that nothing else holds (no other slot,
-// no saved tensor, no view of its storage) takes the sum in place: no new buffer, and the
-// write goes to memory that is already in cache.
+// no saved tensor, no view of its storage) and whose memory is dense and non-overlapping
+// takes the sum in place: no new buffer, and the write goes to memory that is already in
+// cache. The first gradient to arrive is often a view that fails the second test (the
+// backward of sum, mean and broadcasting hands out an expanded view); it gets a new sum.
 void accumulate(TensorList& buffer, size_t slot, Tensor g) {
   Tensor& b = buffer[slot];
   if (!b.defined()) {
@@ -214,8 +229,7 @@ void accumulate(TensorList& buffer, size_t slot, Tensor g) {
     return;
   }
   const TensorImpl& bi = *b.unsafe_impl();
-  if (b.impl_ptr().use_count() == 1 && bi.storage && bi.storage.use_count() == 1 && b.sizes() == g.sizes() &&
-      b.device() == g.device() && promote_types(b.dtype(), g.dtype()) == b.dtype() && !b.requires_grad()) {
+  if (b.impl_ptr().use_count() == 1 && bi.storage && bi.storage.use_count() == 1 && can_add_in_place(b, g)) {
     b.add_(g);
     return;
   }

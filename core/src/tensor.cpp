@@ -55,6 +55,22 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_non_overlapping_and_dense() const {
+  if (is_contiguous() || numel() == 0) return true;
+  // Ordered by stride, each dim of size > 1 must step over exactly the block the dims
+  // inside it fill.
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < dim(); ++d)
+    if (size(d) > 1) dims.push_back({stride(d), size(d)});
+  std::sort(dims.begin(), dims.end());
+  int64_t block = 1;
+  for (const auto& [st, n] : dims) {
+    if (st != block) return false;
+    block *= n;
+  }
+  return true;
+}
+
 void detail::bump_version(const Tensor& t) { ++t.unsafe_impl()->storage->version; }
 
 double Tensor::item_double() const {

@@ -30,12 +30,16 @@ struct GradReducer::State {
   void launch(Bucket& b) {
     NoGradGuard ng;
     const bool in_half = options.reduce_in_half;
+    // The reduced values are written back into the gradients in place: each must own dense
+    // memory (a gradient set by the user may be any view, an expanded one included).
+    for (size_t i : b.members) {
+      const Tensor g = params[i].grad();
+      if (!g.is_contiguous()) params[i].set_grad(g.contiguous());
+    }
     if (b.members.size() == 1) {
       const Tensor g = params[b.members.front()].grad();
-      if (g.is_contiguous()) {  // reduced where it lies
-        b.work = group->all_reduce_async(g, ReduceOp::Avg, in_half);
-        return;
-      }
+      b.work = group->all_reduce_async(g, ReduceOp::Avg, in_half);  // reduced where it lies
+      return;
     }
     std::vector<Tensor> flat;
     for (size_t i : b.members) {

@@ -131,6 +131,11 @@ class Tensor {
   size_t itemsize() const { return ampgrad::itemsize(dtype()); }
   size_t nbytes() const { return checked_nbytes(numel(), itemsize(), "nbytes"); }
   bool is_contiguous() const;
+  /// True when the elements fill one block of memory, each once, in some order of the dims
+  /// (a contiguous tensor, or a transpose or permutation of one): an in-place write then
+  /// reaches every element exactly once. False for expanded views (stride 0), for views that
+  /// skip elements (narrow, a step), and for geometries whose elements overlap.
+  bool is_non_overlapping_and_dense() const;
   bool is_floating_point() const { return is_floating(dtype()); }
   /// Bumped by every in-place op on this tensor or any view sharing its storage.
   uint64_t version() const { return impl().storage->version; }

@@ -91,23 +91,12 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Operand& b) {
   return out;
 }
 
-// Whether two elements of t may share one memory location: a dim of size > 1 with stride
-// 0 (an expanded view), or, with the dims sorted by stride, a stride smaller than the
-// extent of the dims inside it. Views from slicing, transposing or permuting never
-// overlap; writing in place through one that does would race and give an answer that
-// depends on the order of the writes, which PyTorch refuses too.
+// Whether two elements of t may share one memory location (non_overlapping, internal.h):
+// an expanded view does. Views from slicing, transposing or permuting never overlap; writing
+// in place through one that does would race and give an answer that depends on the order
+// of the writes, which PyTorch refuses too.
 bool may_overlap(const Tensor& t) {
-  if (t.is_contiguous()) return false;  // the common case, without sorting (or allocating)
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.size(d) > 1) dims.push_back({t.stride(d), t.size(d)});
-  std::sort(dims.begin(), dims.end());
-  int64_t extent = 0;  // the largest offset reachable through the dims so far
-  for (const auto& [stride, size] : dims) {
-    if (stride <= extent) return true;
-    extent += stride * (size - 1);
-  }
-  return false;
+  return !t.is_contiguous() && !non_overlapping(t.sizes(), t.strides());  // contiguous: no sort
 }
 
 void apply_inplace(Tensor& self, const char* op, bool needs_grad,
