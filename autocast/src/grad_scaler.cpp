@@ -23,6 +23,13 @@ namespace {
 
 constexpr const char* kOp = "GradScaler";
 
+// The loss and the gradients are multiplied by the scale and by its reciprocal in float32:
+// both must be finite and non-zero there, so the scale is a normal float32 number.
+bool float32_scale(double s) {
+  return s >= double(std::numeric_limits<float>::min()) && s <= double(std::numeric_limits<float>::max());
+}
+constexpr const char* kScaleRange = "a positive normal float32 number, in [2^-126, 3.4e38]";
+
 const Tensor& get(const std::map<std::string, Tensor>& d, const std::string& key) {
   auto it = d.find(key);
   AG_CHECK(it != d.end(), kOp, "load_state_dict(): missing key \"", key, "\"");
@@ -44,10 +51,9 @@ GradScaler::GradScaler(GradScalerOptions o) : options_(o) {
   AG_CHECK(o.min_scale >= 0 && o.min_scale <= o.max_scale, kOp,
            "expected 0 <= min_scale <= max_scale, got min_scale = ", o.min_scale,
            " and max_scale = ", o.max_scale);
-  AG_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale) && o.init_scale >= o.min_scale &&
-               o.init_scale <= o.max_scale,
-           kOp, "init_scale must be positive, finite and within [min_scale, max_scale] = [",
-           o.min_scale, ", ", o.max_scale, "], got ", o.init_scale);
+  AG_CHECK(float32_scale(o.init_scale) && o.init_scale >= o.min_scale && o.init_scale <= o.max_scale, kOp,
+           "init_scale must be ", kScaleRange, ", within [min_scale, max_scale] = [", o.min_scale, ", ",
+           o.max_scale, "], got ", o.init_scale);
   AG_CHECK(o.growth_factor >= 1, kOp, "growth_factor must be >= 1, got ", o.growth_factor);
   AG_CHECK(o.backoff_factor > 0 && o.backoff_factor <= 1, kOp,
            "backoff_factor must be in (0, 1], got ", o.backoff_factor);
@@ -176,8 +182,8 @@ void GradScaler::update() {
 
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
-  AG_CHECK(new_scale > 0 && std::isfinite(new_scale), kOp,
-           "update(new_scale): expected a positive finite scale, got ", new_scale);
+  AG_CHECK(float32_scale(new_scale), kOp, "update(new_scale): the scale must be ", kScaleRange, ", got ",
+           new_scale);
   NoGradGuard ng;
   scale_.fill_(new_scale);
   per_optimizer_.clear();
@@ -213,6 +219,7 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& d) {
   for (const auto& [k, v] : d)
     AG_CHECK(known.count(k), kOp, "load_state_dict(): unexpected key \"", k, "\"");
   const double scale = get_double(d, "scale");
+  AG_CHECK(float32_scale(scale), kOp, "load_state_dict(): \"scale\" must be ", kScaleRange, ", got ", scale);
   const double growth = get_double(d, "growth_factor");
   const double backoff = get_double(d, "backoff_factor");
   const int64_t interval = get_int(d, "growth_interval", 1);

@@ -144,7 +144,13 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
   auto own = named_parameters();
   auto bufs = named_buffers();
   own.insert(own.end(), bufs.begin(), bufs.end());
-  std::vector<std::string> missing, unexpected, mismatched;
+  std::vector<std::string> missing, unexpected, mismatched, wrong_kind;
+  // A value converts into the model's dtype within its kind only (float64 into float32
+  // does): a bool or an integer read into a floating weight was never a weight.
+  auto kind = [](DType dt) { return is_floating(dt) ? 0 : dt == kBool ? 1 : 2; };
+  auto fits = [&](const Tensor& value, const Tensor& t) {
+    return value.sizes() == t.sizes() && kind(value.dtype()) == kind(t.dtype());
+  };
   for (auto& [n, t] : own) {
     auto it = dict.find(n);
     if (it != dict.end())
@@ -154,12 +160,14 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
       std::ostringstream os;
       os << n << ": checkpoint " << it->second.sizes() << " vs model " << t.sizes();
       mismatched.push_back(os.str());
+    } else if (!fits(it->second, t)) {
+      wrong_kind.push_back(n + ": checkpoint " + dtype_name(it->second.dtype()) + " vs model " + dtype_name(t.dtype()));
     }
   }
   for (const auto& entry : dict)
     if (std::none_of(own.begin(), own.end(), [&](const auto& p) { return p.first == entry.first; }))
       unexpected.push_back(entry.first);
-  if (strict && (!missing.empty() || !unexpected.empty() || !mismatched.empty())) {
+  if (strict && (!missing.empty() || !unexpected.empty() || !mismatched.empty() || !wrong_kind.empty())) {
     std::ostringstream os;
     auto list = [&](const char* what, const std::vector<std::string>& v) {
       if (v.empty()) return;
@@ -171,12 +179,13 @@ void Module::load_state_dict(const StateDict& dict, bool strict) {
     list("missing keys", missing);
     list("unexpected keys", unexpected);
     list("shape mismatches", mismatched);
+    list("dtypes of another kind", wrong_kind);
     throw Error(os.str());
   }
   NoGradGuard ng;
   for (auto& [n, t] : own) {
     auto it = dict.find(n);
-    if (it == dict.end() || it->second.sizes() != t.sizes()) continue;
+    if (it == dict.end() || !fits(it->second, t)) continue;
     Tensor dst = t;
     dst.copy_(it->second);
   }
@@ -273,6 +282,8 @@ Tensor Sequential::forward(const Tensor& x) {
 }
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  // A negative bound would flip every gradient's sign; infinity only measures the norm.
+  AG_CHECK(max_norm >= 0, "clip_grad_norm_", "max_norm must be non-negative, got ", max_norm);
   NoGradGuard ng;
   // The gradients of each device, in one list: one backend call each, nothing read back.
   const auto by_device = gradients_by_device(params);

@@ -24,6 +24,19 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who
     AG_CHECK(p.is_leaf(), who, "parameter ", j, " of group ", groups_.size(),
              " is not a leaf tensor (shape ", p.sizes(), ")");
     AG_CHECK(p.is_contiguous(), who, "parameter ", j, " of group ", groups_.size(), " is not contiguous");
+    // A parameter listed twice (or two that share elements) would be stepped twice per step.
+    auto overlaps = [&](const Tensor& q) {
+      return q.is_alias_of(p) && q.storage_offset() < p.storage_offset() + p.numel() &&
+             p.storage_offset() < q.storage_offset() + q.numel();
+    };
+    for (size_t g = 0; g <= groups_.size(); ++g) {
+      const std::vector<Tensor>& seen = g < groups_.size() ? groups_[g].params : params;
+      const size_t n = g < groups_.size() ? seen.size() : j;
+      for (size_t i = 0; i < n; ++i)
+        AG_CHECK(!overlaps(seen[i]), who, "parameter ", j, " of group ", groups_.size(), " (shape ", p.sizes(),
+                 ") is parameter ", i, " of group ", g, seen[i].unsafe_impl() == p.unsafe_impl() ? "" : " or shares memory with it",
+                 ": each parameter may appear once");
+    }
   }
   if (!step_count_.defined()) {
     const Device d = params.empty() ? Device(kCPU) : params.front().device();
@@ -31,6 +44,12 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who
   }
   groups_.push_back({std::move(params), lr, Tensor()});
   state_.emplace_back(groups_.back().params.size());
+}
+
+void Optimizer::require_parameters() const {
+  size_t n = 0;
+  for (const Group& g : groups_) n += g.params.size();
+  AG_CHECK(n > 0, name(), "got an empty parameter list (", groups_.size(), " groups, no parameter)");
 }
 
 void Optimizer::zero_grad() {
@@ -269,6 +288,7 @@ SGD::SGD(std::vector<ParamGroup> groups) {
     add_group(std::move(g.params), o.lr, "SGD");
     options_.push_back(o);
   }
+  require_parameters();
 }
 
 void SGD::init_state(size_t g, const Tensor& p, ParamState& s) {
@@ -301,6 +321,7 @@ void Adam::add_groups(std::vector<ParamGroup> groups) {
     add_group(std::move(g.params), o.lr, who);
     options_.push_back(o);
   }
+  require_parameters();
 }
 
 AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)

@@ -236,9 +236,12 @@ TEST(GradScalerErrors, Float16Gradients) {
 }
 
 TEST(GradScalerErrors, BadOptionsAndArguments) {
-  EXPECT_AG_ERROR(ag::GradScaler({.init_scale = 0}), "[GradScaler] init_scale must be positive");
+  EXPECT_AG_ERROR(ag::GradScaler({.init_scale = 0}), "[GradScaler] init_scale must be a positive normal float32 number");
+  // zero in float32: the loss would be multiplied by 0
+  EXPECT_AG_ERROR(ag::GradScaler({.init_scale = 1e-300}), "init_scale must be a positive normal float32 number, in [2^-126, 3.4e38], within [min_scale, max_scale] = [0, inf], got 1e-300");
+  EXPECT_AG_ERROR(ag::GradScaler({.init_scale = 1e39}), "got 1e+39");
   EXPECT_AG_ERROR(ag::GradScaler({.init_scale = 1, .max_scale = 0.5}),
-                  "init_scale must be positive, finite and within [min_scale, max_scale]");
+                  "within [min_scale, max_scale] = [0, 0.5], got 1");
   EXPECT_AG_ERROR(ag::GradScaler({.growth_factor = 0.5}), "growth_factor must be >= 1, got 0.5");
   EXPECT_AG_ERROR(ag::GradScaler({.backoff_factor = 2}), "backoff_factor must be in (0, 1], got 2");
   EXPECT_AG_ERROR(ag::GradScaler({.growth_interval = 0}), "growth_interval must be >= 1, got 0");
@@ -246,7 +249,8 @@ TEST(GradScalerErrors, BadOptionsAndArguments) {
                   "expected 0 <= min_scale <= max_scale");
   ag::GradScaler scaler;
   EXPECT_AG_ERROR(scaler.scale(ag::ones({2}, ag::kInt64)), "scale(): expected a floating loss, got int64");
-  EXPECT_AG_ERROR(scaler.update(-1.0), "update(new_scale): expected a positive finite scale");
+  EXPECT_AG_ERROR(scaler.update(-1.0), "update(new_scale): the scale must be a positive normal float32 number");
+  EXPECT_AG_ERROR(scaler.update(1e-40), "update(new_scale): the scale must be a positive normal float32 number, in [2^-126, 3.4e38], got 1e-40");
   EXPECT_AG_ERROR(scaler.load_state_dict({}), "load_state_dict(): the state dict is empty");
   auto d = scaler.state_dict();
   d.erase("growth_tracker");
@@ -274,7 +278,9 @@ TEST(GradScalerState, LoadValidatesEveryNumberAndKey) {
       {"skipped_steps", f64(0.5), "'skipped_steps' must be an integer"},
       {"last_overflow_step", i64(-7), "'last_overflow_step' must be an integer in [-1"},
       {"scale", ag::zeros({2}, ag::kFloat64), "'scale' must hold one number, got shape [2]"},
-      {"scale", f64(INFINITY), "init_scale must be positive, finite"},
+      {"scale", f64(INFINITY), "load_state_dict(): \"scale\" must be a positive normal float32 number, in [2^-126, 3.4e38], got inf"},
+      {"scale", f64(1e-300), "load_state_dict(): \"scale\" must be a positive normal float32 number, in [2^-126, 3.4e38], got 1e-300"},
+      {"scale", f64(0), "\"scale\" must be a positive normal float32 number"},
       {"growth_factor", f64(0.5), "growth_factor must be >= 1"},
       {"scale_", f64(1), "load_state_dict(): unexpected key \"scale_\""},
   };

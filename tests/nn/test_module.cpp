@@ -726,6 +726,19 @@ TEST(LayerInit, DefaultBoundsAndReproducibility) {
   EXPECT_EQ(t.to_vector<double>(), std::vector<double>(600, 0.5));
 }
 
+// A negative bound would flip every gradient's sign; infinity measures and leaves them.
+TEST(ModuleClipGrad, RefusesNegativeBound) {
+  Tensor a = zeros({2}).requires_grad_();
+  a.set_grad(from_vector<float>({3, 4}, {2}));
+  EXPECT_AG_ERROR(nn::clip_grad_norm_({a}, -1.0), "[clip_grad_norm_] max_norm must be non-negative, got -1");
+  EXPECT_AG_ERROR(nn::clip_grad_norm_({a}, std::nan("")), "max_norm must be non-negative, got nan");
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_NEAR(nn::clip_grad_norm_({a}, INFINITY).item<double>(), 5.0, 1e-6);
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{3, 4}));
+  nn::clip_grad_norm_({a}, 0.0);
+  EXPECT_EQ(a.grad().to_vector<float>(), (std::vector<float>{0, 0}));
+}
+
 TEST(ModuleClipGrad, ReturnsNormAndScales) {
   Tensor a = zeros({2}).requires_grad_();
   Tensor b = zeros({1}).requires_grad_();

@@ -484,3 +484,38 @@ TEST(OptimErrors, BadArgumentsNamed) {
   EXPECT_AG_ERROR(optim::Adam({zeros({2}, kInt64)}), "parameters must be floating, got int64");
   EXPECT_AG_ERROR(optim::SGD({Tensor()}), "parameter 0 of group 0 is undefined");
 }
+
+// A parameter given twice would be stepped twice per step (an SGD step with lr 1 would
+// move it by 2 gradients); an optimizer without parameters steps nothing, silently.
+TEST(OptimErrors, DuplicateAndMissingParameters) {
+  Tensor p = make_param(), q = make_param();
+  EXPECT_AG_ERROR(optim::SGD({p, q, p}, {.lr = 1}),
+                  "[SGD] parameter 2 of group 0 (shape [2, 3]) is parameter 0 of group 0: each parameter may appear once");
+  EXPECT_AG_ERROR(optim::AdamW(std::vector<optim::AdamW::ParamGroup>{{{p}, {}}, {{q, p}, {}}}),
+                  "[AdamW] parameter 1 of group 1 (shape [2, 3]) is parameter 0 of group 0");
+  // another handle on the same memory, and a view that shares part of it
+  Tensor flat = zeros({12}).requires_grad_();
+  Tensor a, b, c;
+  {
+    NoGradGuard ng;
+    a = flat.narrow(0, 0, 6).detach().requires_grad_();
+    b = flat.narrow(0, 4, 6).detach().requires_grad_();
+    c = flat.narrow(0, 6, 6).detach().requires_grad_();
+  }
+  EXPECT_AG_ERROR(optim::Adam({a, b}), "[Adam] parameter 1 of group 0 (shape [6]) is parameter 0 of group 0 or shares memory with it");
+  EXPECT_AG_ERROR(optim::SGD({p, p.detach().requires_grad_()}), "or shares memory with it");
+  optim::SGD disjoint({a, c}, {.lr = 1});  // two halves of one buffer are two parameters
+  EXPECT_EQ(disjoint.parameters().size(), 2u);
+
+  EXPECT_AG_ERROR(optim::SGD(std::vector<Tensor>{}), "[SGD] got an empty parameter list (1 groups, no parameter)");
+  EXPECT_AG_ERROR(optim::AdamW(std::vector<Tensor>{}), "[AdamW] got an empty parameter list");
+  EXPECT_AG_ERROR(optim::Adam(std::vector<optim::Adam::ParamGroup>{}), "[Adam] got an empty parameter list (0 groups");
+
+  // a step with lr 1 moves a parameter listed once by exactly one gradient
+  optim::SGD once({p}, {.lr = 1});
+  const std::vector<double> before = p.to_vector<double>();
+  p.set_grad(ones({2, 3}));
+  once.step();
+  const std::vector<double> after = p.to_vector<double>();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_DOUBLE_EQ(after[i], before[i] - 1.0);
+}

@@ -467,7 +467,8 @@ TEST(LiteCheckpoint, EveryNumberAndKeyIsValidated) {
       {"interval-huge", [&](auto& t, auto&) { t["lite.precision_state.growth_interval"] = f64(1e300); }, "'growth_interval' must be an integer"},
       {"skipped-negative", [&](auto& t, auto&) { t["lite.precision_state.skipped_steps"] = i64(-5); }, "'skipped_steps' must be an integer in [0"},
       {"overflow-step", [&](auto& t, auto&) { t["lite.precision_state.last_overflow_step"] = i64(-2); }, "'last_overflow_step' must be an integer in [-1"},
-      {"scale-nan", [&](auto& t, auto&) { t["lite.precision_state.scale"] = f64(nan); }, "init_scale must be positive, finite"},
+      {"scale-nan", [&](auto& t, auto&) { t["lite.precision_state.scale"] = f64(nan); }, "\"scale\" must be a positive normal float32 number, in [2^-126, 3.4e38], got nan"},
+      {"scale-tiny", [&](auto& t, auto&) { t["lite.precision_state.scale"] = f64(1e-300); }, "grad-scaler state (lite.precision_state.*): load_state_dict(): \"scale\" must be a positive normal float32 number, in [2^-126, 3.4e38], got 1e-300"},
       {"scaler-unknown", [&](auto& t, auto&) { t["lite.precision_state.bogus"] = f64(1); }, "unexpected key \"bogus\""},
       // the scheduler, a counter, the generator's position
       {"last-step-negative", [&](auto& t, auto&) { t["scheduler.last_step"] = i64(-1); }, "'scheduler.last_step' must be an integer in [0"},
@@ -486,6 +487,14 @@ TEST(LiteCheckpoint, EveryNumberAndKeyIsValidated) {
       {"unknown-tensor", [&](auto& t, auto&) { t["extra"] = zeros({1}); }, "unexpected keys that belong to no item of the state: \"extra\""},
       {"unknown-meta", [&](auto&, auto& m) { m["note"] = "x"; }, "\"note (metadata)\""},
       {"module-unknown", [&](auto& t, auto&) { t["model.9.weight"] = zeros({1}); }, "unexpected keys: 9.weight"},
+      // a weight of another kind of number, a precision that does not exist
+      {"weight-bool", [&](auto& t, auto&) { t["model.0.weight"] = ne(t.at("model.0.weight"), 0.0); },
+       "\"model\": the state dict does not match the Sequential: dtypes of another kind: 0.weight: checkpoint bool vs model float32"},
+      {"bias-int", [&](auto& t, auto&) { t["model.0.bias"] = t.at("model.0.bias").to(kInt64); },
+       "0.bias: checkpoint int64 vs model float32"},
+      {"precision-made-up", [&](auto&, auto& m) { m["lite.precision"] = "fp8-magic"; },
+       ": metadata \"lite.precision\" is \"fp8-magic\", which is not a precision"},
+      {"precision-auto", [&](auto&, auto& m) { m["lite.precision"] = "auto"; }, "is \"auto\", which is not a precision"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);

@@ -291,6 +291,12 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
   const std::string prefix = "lite.precision_state.";
   // Everything that can be checked before anything is restored is checked first: the
   // precision's state, the items' presence, unknown keys, the generator's position.
+  if (auto it = meta.find("lite.precision"); it != meta.end()) {
+    // Only the names save() writes: a precision that ran, not "auto" or an old spelling.
+    AG_CHECK(precision_from_name(it->second).has_value(), "Lite::load", path, ": metadata \"lite.precision\" is \"", it->second,
+             "\", which is not a precision (a checkpoint records the one it was saved under: 32-true, 64-true, "
+             "16-mixed, bf16-mixed, 16-true or bf16-true)");
+  }
   std::map<std::string, Tensor> plugin_state;
   for (const auto& [k, v] : tensors)
     if (k.rfind(prefix, 0) == 0) plugin_state[k.substr(prefix.size())] = v;

@@ -54,9 +54,14 @@ DType compute_dtype(Precision p) {
 
 bool is_mixed(Precision p) { return p == Precision::Mixed16 || p == Precision::MixedBF16; }
 
-PrecisionRequest parse_precision(std::string_view s) {
+std::optional<Precision> precision_from_name(std::string_view s) {
   for (Precision p : kAll)
-    if (s == precision_name(p)) return {p, ""};
+    if (s == precision_name(p)) return p;
+  return std::nullopt;
+}
+
+PrecisionRequest parse_precision(std::string_view s) {
+  if (auto p = precision_from_name(s)) return {*p, ""};
   if (s == "auto") return {std::nullopt, ""};
   struct Old {
     const char* name;

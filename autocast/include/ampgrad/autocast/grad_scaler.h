@@ -72,7 +72,8 @@ struct GradScalerOptions {
 
 class GradScaler {
  public:
-  /// Checks the options: init_scale in [min_scale, max_scale] and positive, growth_factor
+  /// Checks the options: init_scale in [min_scale, max_scale] and a positive normal
+  /// float32 number (the scale and its reciprocal multiply in float32), growth_factor
   /// >= 1, backoff_factor in (0, 1], growth_interval >= 1.
   explicit GradScaler(GradScalerOptions options = {});
 
@@ -101,7 +102,7 @@ class GradScaler {
   /// growth_factor (kept only if finite as a float32 and capped at max_scale) and the
   /// tracker restarts at 0. Then every optimizer is READY again.
   void update();
-  /// Sets the scale to new_scale (positive, finite) instead of applying the rule; the
+  /// Sets the scale to new_scale (a positive normal float32 number) instead of applying the rule; the
   /// tracker is kept. Like update(), makes every optimizer READY.
   void update(double new_scale);
 

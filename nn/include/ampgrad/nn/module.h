@@ -54,9 +54,11 @@ class Module : public std::enable_shared_from_this<Module> {
 
   /// Parameters and buffers by dotted name (detached aliases of the live tensors).
   StateDict state_dict() const;
-  /// Copies values into the parameters and buffers (converting dtype). Strict: every key
-  /// must match and every shape agree; the error lists missing and unexpected keys and
-  /// shape mismatches. Non-strict loads what matches by name and shape.
+  /// Copies values into the parameters and buffers, converting the dtype within its kind
+  /// (floating, integer, bool: float64 into float32 converts, bool into float32 does not
+  /// match). Strict: every key must match and every shape and kind agree; the error lists
+  /// missing and unexpected keys, shape mismatches and dtypes of another kind. Non-strict
+  /// loads what matches by name, shape and kind.
   void load_state_dict(const StateDict& dict, bool strict = true);
 
   /// Total number of parameter elements.
@@ -121,7 +123,8 @@ void set_data(const Tensor& param, const Tensor& value);
 /// Scales the gradients of params so that their global 2-norm is at most max_norm, on the
 /// device: one multi-tensor reduction and one multi-tensor scale per device, no host
 /// branch. Returns the norm before clipping, a 0-dim float32 tensor on the gradients'
-/// device (as PyTorch); reading it is a host sync.
+/// device (as PyTorch); reading it is a host sync. max_norm must be non-negative
+/// (infinity leaves the gradients as they are and only measures).
 Tensor clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
 }  // namespace ampgrad::nn

@@ -82,7 +82,11 @@ class Optimizer {
     Tensor master;      // float32 copy of a 16-bit parameter, when master_weights
     Tensor step;        // int64, one element: updates applied to this parameter
   };
+  /// Appends a group; refuses a parameter that is not a floating, contiguous leaf, or that
+  /// is already in this optimizer (or shares elements with one that is).
   void add_group(std::vector<Tensor> params, double lr, const char* who);
+  /// Refuses an optimizer without parameters (the constructors' last check).
+  void require_parameters() const;
   /// State of parameter j of group g.
   ParamState& state(size_t g, size_t j);
   /// Creates what a parameter's state lacks (buffers, master) before its first step.

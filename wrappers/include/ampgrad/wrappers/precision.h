@@ -36,6 +36,9 @@ DType parameter_dtype(Precision p);
 /// The dtype the heavy ops compute in (the autocast dtype for the mixed precisions).
 DType compute_dtype(Precision p);
 bool is_mixed(Precision p);
+/// The precision whose precision_name() is s; nullopt for anything else ("auto" and the
+/// old spellings included).
+std::optional<Precision> precision_from_name(std::string_view s);
 
 /// What a precision string asked for: a precision, or "auto".
 struct PrecisionRequest {
