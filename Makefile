@@ -58,14 +58,25 @@ demo: build
 
 # Both configurations, and each libFuzzer target for FUZZ_SMOKE_SECONDS; each ctest ends with
 # the skipped tests and their reasons, and a line "ctest: N passed, N failed, N skipped"
-# (scripts/run-ctest); the full build's comes last.
-test: build build-lite build-fuzzers test-deps
+# (scripts/run-ctest); the full build's comes last, then the time each stage took
+# (scripts/timed). The exhaustive conversion sweeps (every float32 pattern, per instruction
+# set) run in the full configuration only: the conversions are the same code in both.
+STAGES = build/test-stages.txt
+TIMED = scripts/timed $(STAGES)
+test:
+	@rm -f $(STAGES)
+	@$(TIMED) "build (full)" $(MAKE) --no-print-directory build
+	@$(TIMED) "build (Eigen-only)" $(MAKE) --no-print-directory build-lite
+	@$(TIMED) "build (fuzzers)" $(MAKE) --no-print-directory build-fuzzers
+	@$(TIMED) "test tools (PyPI)" $(MAKE) --no-print-directory test-deps
 	@echo "== ctest: Eigen-only build ($(BUILD_LITE)) =="
-	@JOBS=$(JOBS) scripts/run-ctest $(BUILD_LITE)
+	@JOBS=$(JOBS) $(TIMED) "ctest (Eigen-only)" scripts/run-ctest $(BUILD_LITE) -E Exhaustive
 	@echo "== fuzz smoke: each target for $(FUZZ_SMOKE_SECONDS) s ($(BUILD_SAN)) =="
-	@scripts/fuzz $(BUILD_SAN) $(FUZZ_SMOKE_SECONDS)
+	@$(TIMED) "fuzz smoke" scripts/fuzz $(BUILD_SAN) $(FUZZ_SMOKE_SECONDS)
 	@echo "== ctest: full build ($(BUILD)) =="
-	@JOBS=$(JOBS) scripts/run-ctest $(BUILD)
+	@JOBS=$(JOBS) $(TIMED) "ctest (full)" scripts/run-ctest $(BUILD)
+	@echo "== make test: seconds per stage =="
+	@awk '{ t += $$1; print "  " $$0 } END { print "  " t " in all" }' $(STAGES)
 
 # The whole suite under AddressSanitizer and UndefinedBehaviorSanitizer (CI runs it after
 # `make test`); a finding fails its test. Left out, as 15-50 times slower under the
