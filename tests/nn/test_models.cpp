@@ -93,7 +93,7 @@ Vec block_ref(const Vec& x, int64_t B, int64_t T, int64_t C, int64_t H, const Pa
   // MLP on ln2(out): Linear(C, 4C), exact GELU, Linear(4C, C)
   const Vec m = layer_norm_ref(out, N, C, at("ln2.weight"), at("ln2.bias"));
   Vec u = linear_ref(m, N, C, 4 * C, at("mlp.0.weight"), &at("mlp.0.bias"));
-  for (auto& e : u) e = 0.5 * e * (1 + std::erf(e / std::sqrt(2.0)));
+  for (auto& e : u) e = agt::ref_gelu(e);
   const Vec mlp = linear_ref(u, N, 4 * C, C, at("mlp.2.weight"), &at("mlp.2.bias"));
   for (size_t i = 0; i < out.size(); ++i) out[i] += mlp[i];
   return out;

@@ -16,8 +16,8 @@ const Activation kActs[] = {Activation::Relu, Activation::GeluErf, Activation::G
 double act_ref(Activation a, double v) {
   switch (a) {
     case Activation::Relu: return v > 0 ? v : 0;
-    case Activation::GeluErf: return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
-    case Activation::GeluTanh: return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+    case Activation::GeluErf: return agt::ref_gelu(v);
+    case Activation::GeluTanh: return agt::ref_gelu_tanh(v);
     case Activation::None: return v;
   }
   return v;

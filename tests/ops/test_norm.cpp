@@ -11,25 +11,7 @@ namespace {
 
 using ag::Tensor;
 
-// Softmax (or log-softmax) of x along dim, in double loops.
-Tensor ref_softmax(const Tensor& x, int64_t dim, bool log) {
-  const auto v = x.to_vector<double>();
-  const int64_t nd = x.dim();
-  dim = (dim + nd) % nd;
-  int64_t outer = 1, n = x.size(dim), inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
-  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
-  std::vector<double> out(v.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t c = 0; c < inner; ++c) {
-      auto at = [&](int64_t i) { return size_t((o * n + i) * inner + c); };
-      double m = -INFINITY, s = 0;
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, v[at(i)]);
-      for (int64_t i = 0; i < n; ++i) s += std::exp(v[at(i)] - m);
-      for (int64_t i = 0; i < n; ++i) out[at(i)] = log ? v[at(i)] - m - std::log(s) : std::exp(v[at(i)] - m) / s;
-    }
-  return ag::from_vector<double>(out, x.sizes().vec());
-}
+using agt::ref_softmax;
 
 // Layer norm over the last `inner` elements, in double loops.
 Tensor ref_layer_norm(const Tensor& x, int64_t inner, const Tensor& w, const Tensor& b, double eps) {

@@ -92,6 +92,15 @@ ag::Tensor randf(const std::vector<int64_t>& shape, ag::DType dt = ag::kFloat32)
 ag::Tensor ref_linear(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor& b,
                       const std::function<double(double)>& act = {});
 
+/// GELU in float64, in its textbook forms 0.5 x (1 + erf(x / sqrt2)) and
+/// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): the reference wherever GELU is checked
+/// (the library's kernels compute other forms of the same functions).
+double ref_gelu(double x);
+double ref_gelu_tanh(double x);
+
+/// Softmax (or log-softmax) of x along dim, in float64 loops; the result is float64.
+ag::Tensor ref_softmax(const ag::Tensor& x, int64_t dim, bool log);
+
 /// float32 products against a float64 reference: a K-term dot product's rounding error
 /// grows like sqrt(K) times the unit roundoff for random data, and cancellation can make
 /// the result much smaller than its terms, so the absolute tolerance grows with sqrt(K).
