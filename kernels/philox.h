@@ -13,9 +13,9 @@ namespace ampgrad::kernels {
 struct Philox4x32 {
   uint32_t out[4];
 
-  AG_HOST_DEVICE Philox4x32(uint64_t seed, uint64_t counter) {
-    uint32_t c0 = uint32_t(counter), c1 = uint32_t(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
+  /// The block of the 128-bit counter (c0, c1, c2, c3) under the 64-bit key (k0, k1), words
+  /// in Random123's order (its known-answer vectors list the counter's words, then the key's).
+  AG_HOST_DEVICE Philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1) {
     for (int round = 0; round < 10; ++round) {
       const uint64_t p0 = uint64_t(0xD2511F53u) * c0;
       const uint64_t p1 = uint64_t(0xCD9E8D57u) * c2;
@@ -33,6 +33,10 @@ struct Philox4x32 {
     out[2] = c2;
     out[3] = c3;
   }
+  /// What every draw uses: counter (low, high, 0, 0) of `counter`'s words, key (low, high)
+  /// of `seed`'s.
+  AG_HOST_DEVICE Philox4x32(uint64_t seed, uint64_t counter)
+      : Philox4x32(uint32_t(counter), uint32_t(counter >> 32), 0, 0, uint32_t(seed), uint32_t(seed >> 32)) {}
 };
 
 /// Uniform on [0, 1) from 32 random bits (24 bits of mantissa, as float).

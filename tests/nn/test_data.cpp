@@ -18,7 +18,7 @@
 using namespace ag;
 namespace fs = std::filesystem;
 
-using namespace agt;  // TempDir, Bytes, error_of, read_bytes, write_bytes
+using namespace agt;  // TempDir, Bytes, error_of, read_bytes, write_bytes, numbered, epoch, flat
 constexpr auto has = agt::contains;
 
 namespace {
@@ -237,40 +237,6 @@ TEST(DataIdx, GzipInflatesOnlyWhatTheHeaderDeclares) {
 // ---- DataLoader -------------------------------------------------------------------------------
 
 namespace {
-
-// Row i of the inputs is (i, -i); target i is i: a batch shows which examples it holds.
-std::shared_ptr<data::TensorDataset> numbered(int64_t n) {
-  std::vector<float> in;
-  std::vector<int64_t> tg;
-  for (int64_t i = 0; i < n; ++i) {
-    in.push_back(float(i));
-    in.push_back(-float(i));
-    tg.push_back(i);
-  }
-  return std::make_shared<data::TensorDataset>(from_vector<float>(in, {n, 2}), from_vector<int64_t>(tg, {n}));
-}
-
-// Every batch's target ids, checking each input row matches its target.
-std::vector<std::vector<int64_t>> epoch(const data::DataLoader& loader) {
-  std::vector<std::vector<int64_t>> out;
-  for (const data::Batch& b : loader) {
-    auto ids = b.target.to_vector<int64_t>();
-    auto in = b.input.to_vector<double>();
-    EXPECT_EQ(b.input.sizes(), (std::vector<int64_t>{int64_t(ids.size()), 2}));
-    for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ(in[2 * i], double(ids[i]));
-      EXPECT_EQ(in[2 * i + 1], -double(ids[i]));
-    }
-    out.push_back(ids);
-  }
-  return out;
-}
-
-std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches) {
-  std::vector<int64_t> out;
-  for (auto& b : batches) out.insert(out.end(), b.begin(), b.end());
-  return out;
-}
 
 std::vector<int64_t> iota(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));

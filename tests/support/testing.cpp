@@ -296,6 +296,81 @@ ag::Tensor ref_softmax(const ag::Tensor& x, int64_t dim, bool log) {
   return ag::from_vector<double>(out, x.sizes().vec());
 }
 
+double chi_square(const std::vector<double>& observed, const std::vector<double>& expected) {
+  EXPECT_EQ(observed.size(), expected.size());
+  double q = 0;
+  for (size_t i = 0; i < observed.size() && i < expected.size(); ++i)
+    q += (observed[i] - expected[i]) * (observed[i] - expected[i]) / expected[i];
+  return q;
+}
+
+namespace {
+// P(X > x) for X chi-square with df degrees of freedom, from the closed forms for integer
+// df: e^-h sum_{k<m} h^k / k! for df = 2m, and erfc(sqrt h) + e^-h sum_{k=1..m} h^(k-1/2) /
+// Gamma(k + 1/2) for df = 2m + 1, with h = x / 2.
+double chi_square_upper_tail(double x, int df) {
+  const double h = x / 2;
+  double sum = 0, term;
+  if (df % 2 == 0) {
+    term = 1;
+    for (int k = 0; k < df / 2; ++k) {
+      if (k > 0) term *= h / k;
+      sum += term;
+    }
+    return std::exp(-h) * sum;
+  }
+  term = std::sqrt(h) / std::tgamma(1.5);
+  for (int k = 1; k <= (df - 1) / 2; ++k) {
+    if (k > 1) term *= h / (k - 0.5);
+    sum += term;
+  }
+  return std::erfc(std::sqrt(h)) + std::exp(-h) * sum;
+}
+}  // namespace
+
+double chi_square_critical(int df, double alpha) {
+  EXPECT_TRUE(df >= 1 && alpha > 0 && alpha < 1) << "df " << df << ", alpha " << alpha;
+  double lo = 0, hi = 100.0 + 20.0 * df;  // the tail at hi is far below any alpha used
+  for (int i = 0; i < 200; ++i) {
+    const double mid = (lo + hi) / 2;
+    (chi_square_upper_tail(mid, df) > alpha ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::shared_ptr<ag::data::TensorDataset> numbered(int64_t n) {
+  std::vector<float> in;
+  std::vector<int64_t> tg;
+  for (int64_t i = 0; i < n; ++i) {
+    in.push_back(float(i));
+    in.push_back(-float(i));
+    tg.push_back(i);
+  }
+  return std::make_shared<ag::data::TensorDataset>(ag::from_vector<float>(in, {n, 2}),
+                                                   ag::from_vector<int64_t>(tg, {n}));
+}
+
+std::vector<std::vector<int64_t>> epoch(const ag::data::DataLoader& loader) {
+  std::vector<std::vector<int64_t>> out;
+  for (const ag::data::Batch& b : loader) {
+    auto ids = b.target.to_vector<int64_t>();
+    auto in = b.input.to_vector<double>();
+    EXPECT_EQ(b.input.sizes(), (std::vector<int64_t>{int64_t(ids.size()), 2}));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(in[2 * i], double(ids[i]));
+      EXPECT_EQ(in[2 * i + 1], -double(ids[i]));
+    }
+    out.push_back(ids);
+  }
+  return out;
+}
+
+std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches) {
+  std::vector<int64_t> out;
+  for (auto& b : batches) out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
 Tol fp32_tol(int64_t K) { return {1e-5, 4e-6 * std::sqrt(double(std::max<int64_t>(K, 1)))}; }
 
 }  // namespace agt

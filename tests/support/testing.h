@@ -101,6 +101,21 @@ double ref_gelu_tanh(double x);
 /// Softmax (or log-softmax) of x along dim, in float64 loops; the result is float64.
 ag::Tensor ref_softmax(const ag::Tensor& x, int64_t dim, bool log);
 
+/// Pearson's statistic: the sum over cells of (observed - expected)^2 / expected.
+double chi_square(const std::vector<double>& observed, const std::vector<double>& expected);
+/// The value that a chi-square variable with `df` degrees of freedom exceeds with
+/// probability `alpha`: the critical value of a test at significance alpha.
+double chi_square_critical(int df, double alpha);
+
+/// A TensorDataset of n examples, row i of the inputs (i, -i) and target i: a batch shows
+/// which examples it holds.
+std::shared_ptr<ag::data::TensorDataset> numbered(int64_t n);
+/// Every batch's target ids in one epoch of `loader` (a dataset from numbered), checking
+/// each input row against its target.
+std::vector<std::vector<int64_t>> epoch(const ag::data::DataLoader& loader);
+/// The batches' ids one after another.
+std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches);
+
 /// float32 products against a float64 reference: a K-term dot product's rounding error
 /// grows like sqrt(K) times the unit roundoff for random data, and cancellation can make
 /// the result much smaller than its terms, so the absolute tolerance grows with sqrt(K).
