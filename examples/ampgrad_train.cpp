@@ -425,7 +425,9 @@ int main(int argc, char** argv) {
       nlohmann::json rec = {{"epoch", epoch},
                             {"train_loss", mean_loss()},
                             {"seconds", train_time},
+                            {"steps", batches},
                             {"skipped_steps", skipped},
+                            {"lr", sched.last_lr()},  // after the epoch's last step: the schedule's course
                             {gpt ? "tokens_per_s" : "samples_per_s", double(samples) / train_time}};
       std::ostringstream line;
       line << "epoch " << epoch << ": train loss " << std::fixed << std::setprecision(4) << mean_loss();
