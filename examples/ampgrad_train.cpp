@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 namespace {
 
@@ -125,6 +127,50 @@ void print_hardware(const ag::Lite& lite) {
   std::printf("threads  : %d\n%s\n", omp_get_max_threads(), lite.describe().c_str());
 }
 
+// Numeric checks whose message names the value and what was expected: CLI11's own say
+// "Value 0 not in range 0.000000 to 1797693..." (their upper end is DBL_MAX), and its
+// conversion takes "-1" for an unsigned option as 2^64 - 1 and lets a number too large for
+// the option's type through. CLI11 puts the option's name in front.
+enum class Sign { Positive, NonNegative };
+template <class T>
+CLI::Validator number(Sign sign) {
+  const std::string what = std::string(sign == Sign::Positive ? "a positive " : "a non-negative ") +
+                           (std::is_integral_v<T> ? "integer" : "number");
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        T v{};
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec == std::errc::result_out_of_range) {
+          if constexpr (std::is_integral_v<T>)
+            return "\"" + s + "\" is out of range (at most " + std::to_string(std::numeric_limits<T>::max()) + ")";
+          return "\"" + s + "\" is out of range";
+        }
+        const bool ok = ec == std::errc() && end == s.data() + s.size() && std::isfinite(double(v)) &&
+                        (sign == Sign::Positive ? v > 0 : v >= 0);
+        return ok ? std::string() : "\"" + s + "\" is not " + what;
+      },
+      what);
+}
+template <class T>
+CLI::Option* add_number(CLI::App& app, const std::string& name, T& value, const std::string& help, Sign sign) {
+  return app.add_option(name, value, help)->check(number<T>(sign));
+}
+
+// A string option checked by the library's own parser (which lists the allowed values).
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& description) {
+  return CLI::Validator(
+      [parse](std::string& s) -> std::string {
+        try {
+          parse(s);
+          return {};
+        } catch (const ag::Error& e) {
+          return e.what();
+        }
+      },
+      description);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,19 +178,19 @@ int main(int argc, char** argv) {
   CLI::App app{"ampgrad-train: train a model with ampgrad"};
   app.add_option("--model", o.model, "mlp, cnn (Fashion-MNIST) or gpt (char-level text)")
       ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
-  app.add_option("--epochs", o.epochs, "epochs to train")->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", o.batch_size, "samples per batch")->check(CLI::PositiveNumber);
-  app.add_option("--lr", o.lr, "AdamW learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--seed", o.seed, "seed for initialisation, shuffling and dropout");
-  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_number(app, "--epochs", o.epochs, "epochs to train", Sign::Positive);
+  add_number(app, "--batch-size", o.batch_size, "samples per batch", Sign::Positive);
+  add_number(app, "--lr", o.lr, "AdamW learning rate", Sign::Positive);
+  add_number(app, "--seed", o.seed, "seed for initialisation, shuffling and dropout", Sign::NonNegative);
+  add_number(app, "--threads", o.threads, "CPU threads (default: all cores)", Sign::NonNegative);
   app.add_option("--data", o.data, "dataset directory (mlp, cnn) or text file (gpt)");
   app.add_option("--save", o.save, "folder to write a checkpoint to after each epoch (epoch-NNNN.safetensors)");
-  app.add_option("--keep", o.keep, "checkpoints --save keeps, the newest")->check(CLI::PositiveNumber);
+  add_number(app, "--keep", o.keep, "checkpoints --save keeps, the newest", Sign::Positive);
   app.add_option("--resume", o.resume,
                  "continue from this checkpoint file, or from the newest checkpoint in this folder that loads");
-  app.add_option("--max-skip-run", o.max_skip_run,
-                 "16-mixed: stop after this many optimizer steps skipped in a row for inf/NaN gradients (0: never)")
-      ->check(CLI::NonNegativeNumber);
+  add_number(app, "--max-skip-run", o.max_skip_run,
+             "16-mixed: stop after this many optimizer steps skipped in a row for inf/NaN gradients (0: never)",
+             Sign::NonNegative);
   app.add_option("--precision", o.precision,
                  "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
                  "bf16-true");
@@ -154,7 +200,8 @@ int main(int argc, char** argv) {
                  "--batch-size is per process")
       ->check(CLI::IsMember({"single", "ddp"}));
   app.add_option("--output-conversion", o.output_conversion,
-                 "dtype of the model's floating outputs: to-default (float32), to-input-dtype or none");
+                 "dtype of the model's floating outputs: to-default (float32), to-input-dtype or none")
+      ->check(parsed_by(ag::parse_output_conversion, "to-default, to-input-dtype or none"));
   app.add_option("--schedule", o.schedule, "learning rate over the run: cosine (decays to 0 by the last step) or constant")
       ->check(CLI::IsMember({"cosine", "constant"}));
   app.add_option("--float32-matmul-precision", o.matmul_precision,
@@ -167,12 +214,12 @@ int main(int argc, char** argv) {
                  "gpt: small (2 layers, 4 heads, width 128, context 64; default) or nanogpt (6, 6, 384, 256: "
                  "nanoGPT's Shakespeare character model); --layers, --heads, --width, --block-size override it")
       ->check(CLI::IsMember({"small", "nanogpt"}));
-  app.add_option("--layers", o.layers, "gpt: transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--heads", o.heads, "gpt: attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--width", o.width, "gpt: embedding width")->check(CLI::PositiveNumber);
-  app.add_option("--block-size", o.block_size, "gpt: context length")->check(CLI::PositiveNumber);
-  app.add_option("--steps-per-epoch", o.steps_per_epoch, "gpt: batches per epoch")->check(CLI::PositiveNumber);
-  app.add_option("--sample-length", o.sample_len, "gpt: characters generated after training");
+  add_number(app, "--layers", o.layers, "gpt: transformer blocks", Sign::Positive);
+  add_number(app, "--heads", o.heads, "gpt: attention heads", Sign::Positive);
+  add_number(app, "--width", o.width, "gpt: embedding width", Sign::Positive);
+  add_number(app, "--block-size", o.block_size, "gpt: context length", Sign::Positive);
+  add_number(app, "--steps-per-epoch", o.steps_per_epoch, "gpt: batches per epoch", Sign::Positive);
+  add_number(app, "--sample-length", o.sample_len, "gpt: characters generated after training", Sign::NonNegative);
   CLI11_PARSE(app, argc, argv);
   {  // the preset's sizes, where no option gave one
     const ag::nn::GPTConfig p = ag::nn::gpt_preset(o.preset);
@@ -378,7 +425,9 @@ int main(int argc, char** argv) {
       nlohmann::json rec = {{"epoch", epoch},
                             {"train_loss", mean_loss()},
                             {"seconds", train_time},
+                            {"steps", batches},
                             {"skipped_steps", skipped},
+                            {"lr", sched.last_lr()},  // after the epoch's last step: the schedule's course
                             {gpt ? "tokens_per_s" : "samples_per_s", double(samples) / train_time}};
       std::ostringstream line;
       line << "epoch " << epoch << ": train loss " << std::fixed << std::setprecision(4) << mean_loss();

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -167,6 +168,58 @@ TEST(Dist, GradReducerStartsBucketsDuringBackward) {
       // want holds this rank's gradient: average it here, the plain way
       pg().all_reduce(want[i], dist::ReduceOp::Avg);
       EXPECT_TRUE(agt::allclose(params[i].grad(), want[i], 0, 1e-7)) << "parameter " << i;
+    }
+  }
+}
+
+// ReducerOptions::reduce_in_half: 16-bit gradients averaged in their own type (each rank's
+// share k / n rounded to the type, then the shares summed) or widened to float32, averaged
+// and rounded once. Gradients of a few times u, the type's smallest subnormal (2^-24 for
+// float16, 2^-133 for bfloat16), make both exact integer arithmetic in steps of u: a share
+// or a mean that falls halfway between two steps goes to the even one. With 2 ranks, k = 1
+// on both averages to 0 in half (each half rounds to 0) and to 1 in float32.
+TEST(Dist, GradReducerReducesHalfGradientsInTheirOwnTypeOnRequest) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  const int r = pg().rank(), n = pg().size();
+  // k / n rounded half to even
+  auto steps_of = [](int64_t k, int64_t n) {
+    const int64_t q = k / n, twice_rem = 2 * (k % n);
+    return twice_rem > n || (twice_rem == n && q % 2 == 1) ? q + 1 : q;
+  };
+  // Rank q's gradient in steps of u, per element: two parameters of 3 elements, one bucket.
+  auto k_of = [](int q) { return std::vector<int64_t>{1, 1 + 4 * q, 3, 2 + 2 * q, 7 + 2 * q, 6}; };
+  std::vector<double> in_half(6, 0), widened(6, 0);
+  for (size_t i = 0; i < 6; ++i) {
+    int64_t sum = 0;
+    for (int q = 0; q < n; ++q) {
+      in_half[i] += double(steps_of(k_of(q)[i], n));
+      sum += k_of(q)[i];
+    }
+    widened[i] = double(steps_of(sum, n));
+  }
+  if (n == 2) {  // the first three elements tell the two apart
+    EXPECT_EQ(in_half, (std::vector<double>{0, 2, 4, 3, 8, 6}));
+    EXPECT_EQ(widened, (std::vector<double>{1, 3, 3, 3, 8, 6}));
+  }
+  for (DType dt : {kFloat16, kBFloat16}) {
+    const double u = std::ldexp(1.0, dt == kFloat16 ? -24 : -133);
+    for (bool half : {true, false}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (half ? ", reduce_in_half" : ", in float32"));
+      const Tensor a = ones({3}, dt).requires_grad_(), b = ones({3}, dt).requires_grad_();
+      dist::GradReducer reducer(pg(), {.reduce_in_half = half});
+      reducer.add_parameters({a, b});
+      ASSERT_EQ(reducer.num_buckets(), 1u);
+      std::vector<double> mine;
+      for (int64_t k : k_of(r)) mine.push_back(double(k) * u);
+      const Tensor g = from_vector(mine, {6}).to(dt);  // exact: whole steps of u
+      reducer.prepare();
+      ((a * narrow(g, 0, 0, 3)).sum() + (b * narrow(g, 0, 3, 3)).sum()).backward();
+      reducer.finish();
+      std::vector<double> got = a.grad().to_vector<double>(), got_b = b.grad().to_vector<double>();
+      got.insert(got.end(), got_b.begin(), got_b.end());
+      for (double& v : got) v /= u;
+      EXPECT_EQ(a.grad().dtype(), dt);
+      EXPECT_EQ(got, half ? in_half : widened);
     }
   }
 }
@@ -449,6 +502,26 @@ TEST(LiteDdp, CollectivesRank0OnlyPrintAndSave) {
   lite.barrier();
   if (lite.is_global_zero()) std::remove(path.c_str());
   EXPECT_AG_ERROR(Lite({.accelerator = "cpu", .strategy = "fsdp"}), "[Lite] unknown strategy \"fsdp\" (single, ddp)");
+}
+
+// What a "ddp" Lite reports: its strategy, its one CPU device, its plugin, and the module
+// it set up (rank 0's values, broadcast into the module handed to it).
+TEST(LiteDdp, AccessorsDescribeTheJob) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  Lite lite({.accelerator = "cpu", .precision = "32-true", .strategy = "ddp"});
+  EXPECT_EQ(lite.strategy(), "ddp");
+  EXPECT_EQ(lite.devices(), std::vector<Device>{Device(kCPU)});
+  EXPECT_EQ(lite.plugin().precision(), Precision::True32);
+  manual_seed(400 + uint64_t(pg().rank()));
+  auto net = make_mlp();
+  auto model = lite.setup_module(net);
+  EXPECT_EQ(&model.module(), net.get());
+  for (const Tensor& p : model.module().parameters()) {
+    Tensor mx = p.detach().clone(), mn = p.detach().clone();
+    pg().all_reduce(mx, dist::ReduceOp::Max);
+    pg().all_reduce(mn, dist::ReduceOp::Min);
+    EXPECT_TRUE(agt::allclose(mx, mn, 0, 0));
+  }
 }
 
 // Every sample once per epoch across the ranks (and the padding when the size does not
