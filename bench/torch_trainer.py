@@ -41,7 +41,8 @@ What matches ampgrad-train, and why:
 - Seed: torch.manual_seed(--seed) before the model is built (initialisation and shuffling).
 - Threads: torch.set_num_threads(--threads) (0: leave torch's), set again after fabric.launch().
 
-Output: --json PATH gets ampgrad-train's --json fields, {"model", "precision", "epochs":
+Output: --json PATH gets the --json fields of ampgrad-train that the peer comparison reads
+(not its per-epoch "steps" and "lr"), {"model", "precision", "epochs":
 [{"epoch", "train_loss", "seconds", "samples_per_s", "test_accuracy"}, ...],
 "best_test_accuracy", "mean_rate"}; stderr gets a line starting "torch " (version, threads,
 BLAS, as torch_train.py), the runner and precision, one line per epoch and a summary.
