@@ -4,8 +4,8 @@
 // One task per batch entry (a head), spread by parallel_for with grain 1 (each is big
 // work; entries under a megaflop are grouped). float32 and float64 operands are read in
 // place (any row stride); 16-bit ones are widened once per entry into float buffers with
-// load_acc, except bfloat16 ones on a CPU with AVX512-BF16 (below). Everything is computed
-// in A, float (double for float64). Then:
+// load_acc, except bfloat16 ones at the kernels' level avx512_bf16 (below). Everything is
+// computed in A, float (double for float64). Then:
 //   forward   for each block of kBr queries, walks the blocks of kBc keys (stopping at the
 //             diagonal when causal) with a running max m, normaliser l and output
 //             accumulator per row (the online softmax): S = scale q k^T + mask (-inf where
@@ -21,13 +21,14 @@
 //             outer loop, so a block's dk and dv stay in cache while the query blocks pass;
 //             dq, dk and dv of the entry accumulate in A and are written once.
 // The products are tile_gemm calls (gemm.h: our AVX-512 kernel for these small float
-// products where the CPU has AVX-512, else oneDNN's sgemm or Eigen), all on row-major
+// products at the kernels' level avx512, else oneDNN's sgemm or Eigen), all on row-major
 // operands: k and v are transposed once per entry for the products that take k^T and v^T.
 // bfloat16 inputs multiply in bfloat16 pairs instead (tile_gemm_bf16: AMX tiles, else
 // VDPBF16PS), their right operands packed once per entry (pack_for), straight from the
 // inputs' rows when those are unit-stride (direct_bf16: nothing widened then);
 // the row work (max, exp_acc, sums) is one always-inlined function compiled for AVX-512,
-// AVX2 and the baseline (see row_work). Dropout draws the keep decision of probability
+// AVX2 and the baseline (see row_work), each variant chosen by the kernels' level
+// (cpu/isa.h, hw::set_kernel_isa). Dropout draws the keep decision of probability
 // (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
 // (AttentionParams), so the backward regenerates the forward's mask and nothing
 // [Tq, Tk]-sized is saved.
@@ -40,7 +41,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
@@ -165,7 +165,7 @@ struct Widened {
 // The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products
 // that take k^T or v^T then read rows, which tile_gemm's small kernel streams, and each
 // key block is transposed once per entry rather than once per query block. Float blocks
-// of 16 x 16 go through AVX-512 registers where the CPU has it (element by element, the
+// of 16 x 16 go through AVX-512 registers at the level avx512 (element by element, the
 // transposes were 4% of the small GPT's step); the rest is copied element by element.
 template <class A>
 Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) {
@@ -174,8 +174,7 @@ Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) 
   int64_t R16 = 0, C16 = 0;  // the block-transposed part: rows < R16 and columns < C16
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>) {
-    static const bool avx512 = hw::cpu_features().avx512f;
-    if (avx512) {
+    if (use_avx512()) {
       transpose_blocks(m.p, m.ld, R, C, buf.data(), ld);
       R16 = R / 16 * 16, C16 = C / 16 * 16;
     }
@@ -199,11 +198,12 @@ struct Entry {
   Rows<BFloat16> q16{nullptr, 0};  // q's bfloat16 rows read in place (direct entries), or null
 };
 
-// bfloat16 inputs on a CPU with AVX512-BF16: the right operands of an entry's products are
-// packed into bfloat16 pairs once per entry, and the products run on them (tile_gemm_bf16:
-// AMX tiles, else VDPBF16PS). q, k, v and dO are exact in bfloat16; the probabilities
-// and dS are rounded to it for their products, as FlashAttention does with 16-bit inputs;
-// the sums and all the row work stay float. Returns &buf, or null (the float products).
+// bfloat16 inputs at the kernels' level avx512_bf16: the right operands of an entry's
+// products are packed into bfloat16 pairs once per entry, and the products run on them
+// (tile_gemm_bf16: AMX tiles, else VDPBF16PS). q, k, v and dO are exact in bfloat16; the
+// probabilities and dS are rounded to it for their products, as FlashAttention does with
+// 16-bit inputs; the sums and all the row work stay float. Returns &buf, or null (the float
+// products).
 template <class T, class A>
 const Bf16Pairs* pack_for(const Rows<A>& m, int64_t R, int64_t C, Bf16Pairs& buf) {
   if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<A, float>) {
@@ -311,8 +311,8 @@ void dropout_tile(const AttentionParams& p, const Dims& d, int64_t b, int64_t i0
 // At these sizes the exps and sums of the tiles cost as much as the products (a score takes
 // 4 * D flops of product and one exp_acc). The library is built for baseline x86-64, so
 // this part is compiled for AVX-512 and for AVX2 + FMA too, by target attributes as in
-// core/src/convert.cpp, and run_rows picks one by cpuid: the one definition below is
-// inlined into each variant.
+// core/src/convert.cpp, and run_rows picks one by the kernels' level (cpu/isa.h): the one
+// definition below is inlined into each variant.
 
 // One step of the row work: its kind and the tile buffers it reads and writes.
 enum class RowStep { OnlineSoftmax, Probabilities, ScoreGrad };
@@ -483,17 +483,14 @@ __attribute__((target("avx2,fma"))) void row_work_avx2(RowStep step, const RowAr
 }
 #endif
 
-// The row work in the widest variant this CPU runs (float); double is compiled once.
+// The row work in the variant of the kernels' level (float); double is compiled once.
 template <class A>
 void run_rows(RowStep step, const RowArgs<A>& a) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>) {
-    static const int isa = [] {
-      const hw::CpuFeatures& f = hw::cpu_features();
-      return cpu_has_avx512() ? 2 : f.avx2 && f.fma ? 1 : 0;
-    }();
-    if (isa == 2) return row_work_avx512(step, a);
-    if (isa == 1) return row_work_avx2(step, a);
+    const KernelIsa isa = kernel_isa();
+    if (isa >= KernelIsa::Avx512) return row_work_avx512(step, a);
+    if (isa >= KernelIsa::Avx2) return row_work_avx2(step, a);
   }
 #endif
   row_work<A, false>(step, a);

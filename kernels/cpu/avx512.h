@@ -5,14 +5,14 @@
 
 #include <cstdint>
 
-#include "ampgrad/hw/cpu.h"
+#include "cpu/isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
 /// The instruction set of the kernels' AVX-512 variants of plain C++ loops (row work,
 /// layer norm, Adam, the random fills): compiled with this attribute, run only where
-/// cpu_has_avx512() says so.
+/// use_avx512() says so (cpu/isa.h: the level avx512 or wider).
 #define AG_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 // GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics: code using them
@@ -29,15 +29,6 @@
 #endif
 
 namespace ampgrad::cpu {
-
-/// Whether this CPU runs code compiled with AG_AVX512_TARGET (AVX-512 F, BW, VL and DQ).
-inline bool cpu_has_avx512() {
-  static const bool yes = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  }();
-  return yes;
-}
 
 AG_AVX512_CODE_BEGIN
 

@@ -1,9 +1,9 @@
 // conv2d_block's max pooling over the convolution's own layout (block_pool.h).
 //
-// Two forms of each kernel: 16 channels per AVX-512 vector where the CPU has AVX-512
-// (BW and VL for the bfloat16 lanes) and the vector math set in use is "avx512", and plain
-// loops elsewhere (hw::set_vector_math_isa("none") selects them, for tests and
-// before/after measurements). The forward reads each activation element once and writes
+// Two forms of each kernel: 16 channels per AVX-512 vector at the kernels' level avx512
+// (cpu/isa.h; BW and VL give the bfloat16 lanes), and plain loops below it
+// (hw::set_kernel_isa("avx2") selects them on an AVX-512 CPU, for tests and before/after
+// measurements). The forward reads each activation element once and writes
 // the pooled output in NCHW through a small per-row buffer; the backward writes every tap
 // of every window (the pooled gradient at the saved position, 0 elsewhere), so that where
 // the windows tile the activation exactly (stride = kernel, no padding or dilation, sizes
@@ -16,9 +16,8 @@
 #include <limits>
 #include <vector>
 
-#include "ampgrad/hw/cpu.h"
+#include "cpu/isa.h"
 #include "cpu/parallel.h"
-#include "cpu/vmath.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers start masked conversions from an "undefined" vector, which its
@@ -258,14 +257,7 @@ void backward_avx512(const U* g, const uint8_t* arg, const BlockLayout& L, const
     backward_rows_avx512(rb, re, g, arg, L, ph, pw, OH, OW, gy);
   });
 }
-
-bool use_avx512() {
-  if (vmath::active_isa() != vmath::Isa::Avx512) return false;
-  static const bool bw_vl = hw::cpu_features().avx512bw && hw::cpu_features().avx512vl;
-  return bw_vl;
-}
 #else
-bool use_avx512() { return false; }
 template <class U>
 void forward_avx512(const U*, const BlockLayout&, const PoolDim&, const PoolDim&, int64_t, int64_t, int64_t, bool, U*,
                     uint8_t*) {}

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <type_traits>
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/cpu_backend.h"
+#include "cpu/isa.h"
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/transpose16.h"
@@ -240,19 +240,19 @@ void transpose_tile(const W* s, int64_t lds, W* d, int64_t ldd, int64_t rows, in
   for (int64_t r = 0; r < rows; ++r) std::memcpy(d + r * ldd, out + r * kTile, size_t(cols) * sizeof(W));
 }
 
-// A full kTile x kTile tile of 16-, 32- or 64-bit words through AVX-512 registers where the
-// CPU has them (16-bit words also need an even ldd); false where not, for transpose_tile.
+// A full kTile x kTile tile of 16-, 32- or 64-bit words through AVX-512 registers at the
+// kernels' level avx512 (16-bit words also need an even ldd); false where not, for
+// transpose_tile.
 template <class W>
 bool transpose_tile_registers(const W* s, int64_t lds, W* d, int64_t ldd) {
 #if defined(__x86_64__)
-  const hw::CpuFeatures& f = hw::cpu_features();
   if constexpr (sizeof(W) == 1) {
     return false;
   } else if constexpr (sizeof(W) == 2) {
-    if (!f.avx512f || !f.avx512bw || ldd % 2 != 0) return false;
+    if (!use_avx512() || ldd % 2 != 0) return false;
     transpose32x32_16(s, lds, d, ldd);
   } else {
-    if (!f.avx512f) return false;
+    if (!use_avx512()) return false;
     constexpr int64_t B = sizeof(W) == 4 ? 16 : 8;  // transpose16's or transpose8x8_64's block
     using F = std::conditional_t<sizeof(W) == 4, float, double>;
     for (int64_t i = 0; i < kTile; i += B)
@@ -393,6 +393,8 @@ struct CpuEvent {
   std::chrono::steady_clock::time_point at;
 };
 }  // namespace
+
+CpuBackend::CpuBackend() { (void)kernel_isa(); }
 
 void* CpuBackend::create_event(int, bool) { return new CpuEvent{}; }
 void CpuBackend::destroy_event(int, void* event) { delete static_cast<CpuEvent*>(event); }

@@ -11,6 +11,10 @@ namespace ampgrad::cpu {
 
 class CpuBackend final : public Backend {
  public:
+  /// Reads the kernels' instruction-set level (cpu/isa.h: AMPGRAD_KERNEL_ISA, an ag::Error
+  /// for a bad value) here, with the first CPU tensor, rather than first inside a kernel's
+  /// parallel region, where an error could not be thrown.
+  CpuBackend();
   DeviceType device_type() const override { return DeviceType::CPU; }
 
   Allocation allocate(size_t nbytes, Stream stream) override;

@@ -6,7 +6,7 @@
 // sgemm is JIT-compiled for the vectors the CPU has (AVX2, AVX-512): about 4x Eigen's rate
 // on 64x64 tiles. The oneDNN build therefore takes oneDNN's sgemm for float
 // (onednn_matmul.cpp), the Eigen build Eigen's (eigen_matmul.cpp); double is Eigen in both.
-// Small float products go first to our own AVX-512 kernel where the CPU has AVX-512: at
+// Small float products go first to our own AVX-512 kernel at the kernels' level avx512: at
 // attention's head sizes (32, 64) sgemm's per-call cost exceeded the product itself.
 #pragma once
 
@@ -28,8 +28,8 @@ void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, 
 
 /// tile_gemm's own AVX-512 kernel for small float products (m <= 64, n and k <= 256;
 /// tile_gemm_small.cpp), where a library sgemm's per-call cost would dominate: computes the
-/// product and returns true, or returns false (nothing done) on a CPU without AVX-512 or a
-/// product it does not take. tile_gemm tries it first in both builds.
+/// product and returns true, or returns false (nothing done) below the kernels' level avx512
+/// (cpu/isa.h) or for a product it does not take. tile_gemm tries it first in both builds.
 bool small_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
@@ -43,7 +43,7 @@ struct Bf16Pairs {
   int64_t K = 0, N = 0;
   bool finite = false;  ///< no infinity or NaN in b (AMX tiles take only such a b)
   /// Packs b [rows, cols] (leading dimension ldb); false, and nothing packed (K = N = 0),
-  /// on a CPU without AVX512-BF16.
+  /// below the kernels' level avx512_bf16 (cpu/isa.h).
   bool pack(const float* b, int64_t ldb, int64_t rows, int64_t cols);
   /// The same from bfloat16 rows (nothing to round).
   bool pack(const BFloat16* b, int64_t ldb, int64_t rows, int64_t cols);
@@ -59,17 +59,18 @@ struct Bf16Pairs {
 /// c [m, n] = alpha * op(a) b[p0 : p0 + k, j0 : j0 + n] + beta * c, with op(a) ([m, k]; a
 /// stored [k, m] when ta) rounded to bfloat16 and b packed as Bf16Pairs: the products of
 /// bfloat16 values are exact and summed in float (both instructions count subnormal
-/// operands as zero): on AMX-BF16 tiles where the CPU has them and b is finite, else with
-/// VDPBF16PS. For products whose inputs are bfloat16 already. Declines (false, nothing done) on a CPU without
-/// AVX512-BF16, for m > 64, k > 256 or k == 0, an odd p0, an odd k that ends before b's
-/// last row (its last pair would take a value of b's next row), or a range outside b.
+/// operands as zero): on AMX-BF16 tiles at the kernels' level amx where b is finite, else
+/// with VDPBF16PS. For products whose inputs are bfloat16 already. Declines (false, nothing
+/// done) below the level avx512_bf16 (cpu/isa.h), for m > 64, k > 256 or k == 0, an odd p0,
+/// an odd k that ends before b's last row (its last pair would take a value of b's next
+/// row), or a range outside b.
 bool tile_gemm_bf16(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                     const Bf16Pairs& b, int64_t p0, int64_t j0, float beta, float* c, int64_t ldc);
 /// The same with a's rows [m, k] in bfloat16 already (not transposed), read as they are.
 bool tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const BFloat16* a, int64_t lda, const Bf16Pairs& b,
                     int64_t p0, int64_t j0, float beta, float* c, int64_t ldc);
 
-/// Whether tile_gemm_bf16 runs on this CPU (AVX512-BF16; AMX-BF16 used where present).
+/// Whether tile_gemm_bf16 runs at the kernels' level (avx512_bf16; AMX tiles at amx).
 bool tile_gemm_bf16_available();
 
 /// Keeps AMX's tile configuration loaded on this thread for the tile_gemm_bf16 calls made

@@ -184,11 +184,11 @@ template <class T>
   }
 }
 
-// ---- the row ranges in the widest variant this CPU runs -------------------------------------
+// ---- the row ranges in the variant of the kernels' level --------------------------------------
 // The library is built for baseline x86-64, where exp_acc runs 4 floats wide; the float
 // rows are also compiled for AVX-512 (target attribute, as layer norm's and attention's row
-// work) and picked by cpuid. No contraction either way, and the lanes of the sums are fixed
-// (rows.h), so both variants give the same bits.
+// work) and picked by the kernels' level (cpu/isa.h). No contraction either way, and the
+// lanes of the sums are fixed (rows.h), so both variants give the same bits.
 #if defined(__x86_64__)
 template <class T>
 AG_AVX512_TARGET void forward_range_avx512(const T* x, const int64_t* tp, T* loss, float* lse, int64_t rb, int64_t re,
@@ -208,7 +208,7 @@ void forward_rows(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, in
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
 #if defined(__x86_64__)
     if constexpr (std::is_same_v<acc_type_t<T>, float>)
-      if (cpu_has_avx512()) return forward_range_avx512<T>(x, tp, loss, lse, rb, re, q, bad);
+      if (use_avx512()) return forward_range_avx512<T>(x, tp, loss, lse, rb, re, q, bad);
 #endif
     forward_range<T>(x, tp, loss, lse, rb, re, q, bad);
   });
@@ -220,7 +220,7 @@ void backward_rows(const T* go, const T* x, const int64_t* tp, const acc_type_t<
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
 #if defined(__x86_64__)
     if constexpr (std::is_same_v<acc_type_t<T>, float>)
-      if (cpu_has_avx512()) return backward_range_avx512<T>(go, x, tp, lse, gx, rb, re, q);
+      if (use_avx512()) return backward_range_avx512<T>(go, x, tp, lse, gx, rb, re, q);
 #endif
     backward_range<T>(go, x, tp, lse, gx, rb, re, q);
   });

@@ -141,9 +141,9 @@ template <bool kLog, class A>
     }
 }
 
-// The softmax bodies in the widest variant this CPU runs: compiled for AVX-512 too by a
-// target attribute (the library is built for baseline x86-64, where exp_acc runs 4 floats
-// wide), as cross entropy's rows (loss.cpp). The same arithmetic in both.
+// The softmax bodies in the variant of the kernels' level (cpu/isa.h): compiled for AVX-512
+// too by a target attribute (the library is built for baseline x86-64, where exp_acc runs 4
+// floats wide), as cross entropy's rows (loss.cpp). The same arithmetic in both.
 #if defined(__x86_64__)
 template <bool kLog>
 AG_AVX512_TARGET void softmax_block_avx512(float* v, int64_t n, int64_t w, float* scratch) {
@@ -159,7 +159,7 @@ template <bool kLog, class A>
 void run_softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>)
-    if (cpu_has_avx512()) return softmax_block_avx512<kLog>(v, n, w, scratch);
+    if (use_avx512()) return softmax_block_avx512<kLog>(v, n, w, scratch);
 #endif
   softmax_block<kLog>(v, n, w, scratch);
 }
@@ -168,7 +168,7 @@ template <bool kLog, class A>
 void run_softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>)
-    if (cpu_has_avx512()) return softmax_backward_block_avx512<kLog>(g, y, n, w, scratch);
+    if (use_avx512()) return softmax_backward_block_avx512<kLog>(g, y, n, w, scratch);
 #endif
   softmax_backward_block<kLog>(g, y, n, w, scratch);
 }
@@ -176,9 +176,9 @@ void run_softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scrat
 // ---- layer norm's rows ------------------------------------------------------------------
 // The library is built for baseline x86-64, where these loops ran 4 wide; they are one
 // always-inlined definition compiled for the baseline and, by a target attribute, for
-// AVX-512, picked by cpuid (as attention's row work is). Their sums run in kLanes lanes
-// combined in a fixed order in every variant, and are written out here rather than taken
-// from rows.h so that they are inlined into each variant.
+// AVX-512, picked by the kernels' level (as attention's row work is). Their sums run in
+// kLanes lanes combined in a fixed order in every variant, and are written out here rather
+// than taken from rows.h so that they are inlined into each variant.
 
 constexpr int kLanes = 16;
 
@@ -360,12 +360,12 @@ AG_AVX512_TARGET void ln_backward_avx512(
 }
 #endif
 
-// The rows in the widest variant this CPU runs (float accumulation); double is compiled once.
+// The rows in the variant of the kernels' level (float accumulation); double is compiled once.
 template <class T>
 void run_ln_forward(const LnForward<T>& a, int64_t rb, int64_t re, acc_type_t<T>* buf) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (cpu_has_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
+    if (use_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
 #endif
   ln_forward_rows<T>(a, rb, re, buf);
 }
@@ -375,7 +375,7 @@ void run_ln_backward(const LnBackward<T>& a, int64_t r0, int64_t r1, acc_type_t<
                      const LnScratch<acc_type_t<T>>& s) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (cpu_has_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
+    if (use_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
 #endif
   ln_backward_rows<T>(a, r0, r1, tw, tb, s);
 }

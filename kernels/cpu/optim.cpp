@@ -12,7 +12,6 @@
 #include <xmmintrin.h>
 #endif
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
@@ -209,7 +208,7 @@ AG_AVX512_TARGET void adam_avx512(const AdamPiece<T>& a) {
 template <class T>
 void run_adam(const AdamPiece<T>& a) {
 #if defined(__x86_64__)
-  if (cpu_has_avx512()) return adam_avx512(a);
+  if (use_avx512()) return adam_avx512(a);
 #endif
   adam_loop(a);
 }

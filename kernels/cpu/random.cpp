@@ -99,8 +99,8 @@ AG_AVX512_TARGET void draw_range_avx512(T* p, int64_t b, int64_t e, uint64_t see
 AG_AVX512_CODE_END
 #endif
 
-// Fills out with draw.template operator()<T>(r, j) (see draw_range), in the widest variant
-// this CPU runs.
+// Fills out with draw.template operator()<T>(r, j) (see draw_range), in the variant of the
+// kernels' level (cpu/isa.h).
 template <class Draw>
 void fill_random(const Tensor& out, const char* op, uint64_t seed, uint64_t offset, const Draw& draw) {
   Tensor dst = out.is_contiguous() ? out : make_tensor(out.sizes(), out.dtype(), out.device());
@@ -109,7 +109,7 @@ void fill_random(const Tensor& out, const char* op, uint64_t seed, uint64_t offs
     const auto typed = [&](const PhiloxLanes& r, int j) { return draw.template operator()<T>(r, j); };
     parallel_for(0, dst.numel(), 4096, [&](int64_t b, int64_t e) {
 #if defined(__x86_64__)
-      if (cpu_has_avx512()) return draw_range_avx512(p, b, e, seed, offset, typed);
+      if (use_avx512()) return draw_range_avx512(p, b, e, seed, offset, typed);
 #endif
       draw_range<false>(p, b, e, seed, offset, typed);
     });

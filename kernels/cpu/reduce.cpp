@@ -233,8 +233,8 @@ enum class SumKind { Sum, Mean, SqDev, ExpShift, AbsSum, SqSum, PowSum, NonZero 
 
 // s[j] += (v[0][j] + v[1][j]) + (v[2][j] + v[3][j]): a column sum's step over four rows (a
 // bias gradient's). The library is built for baseline x86-64, whose 4-lane loop issued a
-// load per 4 floats and waited on memory; the AVX-512 variant, picked by cpuid as
-// elsewhere, rounds each column alike (the lanes are independent columns).
+// load per 4 floats and waited on memory; the AVX-512 variant, picked by the kernels' level
+// (cpu/isa.h) as elsewhere, rounds each column alike (the lanes are independent columns).
 template <class A>
 [[gnu::always_inline]] inline void add4_rows(A* s, const A* const* v, int64_t w) {
   for (int64_t j = 0; j < w; ++j) s[j] += (v[0][j] + v[1][j]) + (v[2][j] + v[3][j]);
@@ -246,7 +246,7 @@ template <class A>
 void add4_rows_best(A* s, const A* const* v, int64_t w) {
 #if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>) {
-    if (cpu_has_avx512()) return add4_rows_avx512(s, v, w);
+    if (use_avx512()) return add4_rows_avx512(s, v, w);
   }
 #endif
   add4_rows(s, v, w);

@@ -5,32 +5,28 @@
 // both take the right operand in rows of pairs (Bf16Pairs, packed once per attention head)
 // and the left one as rows of pairs on the stack, made per call (pack_a: a tile of
 // probabilities or score gradients rounded, or bfloat16 rows of q or dO copied).
-//   AMX     (CPUs with AMX-BF16) c in blocks of 32 x 32, four 16 x 16 float tiles, each
+//   AMX     (the kernels' level amx) c in blocks of 32 x 32, four 16 x 16 float tiles, each
 //           TDPBF16PS a 16 x 16 x 32 product: a 64 x 64 x 64 product is 32 of them, against
 //           8192 AVX-512 FMAs for the float kernel. The left operand is packed in rows of
 //           32-value blocks, zero past k; the tiles then read b's pairs past the product's
 //           rows and columns, which is exact only where they are finite (0 * x == 0), so
 //           AMX takes a packed b only when all of it is finite (Bf16Pairs::finite) and b's
 //           buffer is padded so those reads stay inside it.
-//   AVX512  (AVX512-BF16 without AMX) VDPBF16PS, 32 multiply-adds per instruction where the
-//           float kernel (tile_gemm_small.cpp) does 16, with its register blocking: 4 rows
-//           by 64 columns of c in 16 accumulators. On Sapphire Rapids this ran slower than
-//           the float kernel (one port runs VDPBF16PS, two run FMAs), which AMX replaces there.
+//   AVX512  (the level avx512_bf16, and any b that AMX declines) VDPBF16PS, 32
+//           multiply-adds per instruction where the float kernel (tile_gemm_small.cpp) does
+//           16, with its register blocking: 4 rows by 64 columns of c in 16 accumulators.
+//           On Sapphire Rapids this ran slower than the float kernel (one port runs
+//           VDPBF16PS, two run FMAs), which AMX replaces there.
 // Compiled for those ISAs by target attributes (the library is built for baseline x86-64).
 #include <algorithm>
 #include <cstdint>
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/gemm.h"
 #include "cpu/transpose16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#endif
-#if defined(__x86_64__) && defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 namespace ampgrad::cpu {
@@ -43,27 +39,15 @@ constexpr int64_t kCols = 64;   // columns of c per register block: 4 vectors of
 
 constexpr int64_t kPad = 16;   // pair rows of zeros after a packed b, for AMX's reads past k
 
-bool cpu_has_bf16() {
-  static const bool yes = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
-  }();
-  return yes;
-}
+// The kernels' level (cpu/isa.h) says which instructions run: VDPBF16PS from avx512_bf16,
+// AMX tiles at amx (a level that cpu_features() grants only once Linux gave the process the
+// tile data state, ARCH_REQ_XCOMP_PERM, as oneDNN asks for its own AMX kernels).
+bool use_bf16() { return kernel_isa() >= KernelIsa::Avx512Bf16; }
 
 #if defined(__x86_64__) && defined(__linux__)
-bool amx_ready() {
-  static const bool yes = [] {
-    const hw::CpuFeatures& f = hw::cpu_features();
-    if (!cpu_has_bf16() || !f.amx_tile || !f.amx_bf16) return false;
-    // Linux grants a process the tile data state only on request (ARCH_REQ_XCOMP_PERM for
-    // XFEATURE_XTILEDATA); oneDNN asks the same for its own AMX kernels.
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return yes;
-}
+bool use_amx() { return kernel_isa() >= KernelIsa::Amx; }
 #else
-bool amx_ready() { return false; }
+bool use_amx() { return false; }
 #endif
 
 #if defined(__x86_64__)
@@ -293,7 +277,7 @@ template <class Pack>
 bool run_bf16(int64_t m, int64_t n, int64_t k, float alpha, const Pack& pack, const Bf16Pairs& b, int64_t p0,
               int64_t j0, float beta, float* c, int64_t ldc) {
   const bool odd_inside = k % 2 == 1 && p0 + k < b.K;  // its last pair would take b's next row
-  if (!cpu_has_bf16() || m > kMaxM || k > kMaxK || k <= 0 || p0 % 2 != 0 || odd_inside || p0 < 0 || j0 < 0 ||
+  if (!use_bf16() || m > kMaxM || k > kMaxK || k <= 0 || p0 % 2 != 0 || odd_inside || p0 < 0 || j0 < 0 ||
       p0 + k > b.K || j0 + n > b.N)
     return false;
   if (m == 0 || n == 0) return true;
@@ -302,7 +286,7 @@ bool run_bf16(int64_t m, int64_t n, int64_t k, float alpha, const Pack& pack, co
   alignas(64) uint32_t ap[kMaxM * kMaxK / 2];
   pack(ap, la);
 #if defined(__linux__)
-  if (b.finite && amx_ready()) {
+  if (b.finite && use_amx()) {
     gemm_amx(m, n, alpha, ap, la, bp, b.N, beta, c, ldc);
     return true;
   }
@@ -314,11 +298,11 @@ bool run_bf16(int64_t m, int64_t n, int64_t k, float alpha, const Pack& pack, co
 
 }  // namespace
 
-bool tile_gemm_bf16_available() { return cpu_has_bf16(); }
+bool tile_gemm_bf16_available() { return use_bf16(); }
 
 Bf16TileScope::Bf16TileScope() {
 #if defined(__x86_64__) && defined(__linux__)
-  active_ = amx_ready();
+  active_ = use_amx();
   if (active_ && tile_scopes++ == 0) load_tile_config();
 #endif
 }
@@ -335,7 +319,7 @@ template <class F>
 bool Bf16Pairs::fill(int64_t rows, int64_t cols, const F& pack) {
   K = N = 0;
   finite = false;
-  if (!cpu_has_bf16()) return false;
+  if (!use_bf16()) return false;
   data.assign(size_t(((rows + 1) / 2 + kPad) * cols + 32), 0u);
   finite = pack(data.data());
   K = rows, N = cols;

@@ -6,12 +6,12 @@
 // block of 4 rows x 64 columns of c in 16 vector registers and streams op(b)'s rows through
 // them; a transposed b is first copied into a [k, n] buffer on the stack. Compiled for
 // AVX-512 by a target attribute (the library is built for baseline x86-64, as attention's
-// row work); small_tile_gemm answers false where the CPU lacks AVX-512 or the product is not
-// small, and tile_gemm then takes its general path.
+// row work); small_tile_gemm answers false below the kernels' level avx512 (cpu/isa.h: a CPU
+// without AVX-512, or hw::set_kernel_isa) or where the product is not small, and tile_gemm
+// then takes its general path (oneDNN's sgemm or Eigen).
 #include <algorithm>
 #include <cstdint>
 
-#include "ampgrad/hw/cpu.h"
 #include "cpu/avx512.h"
 #include "cpu/gemm.h"
 
@@ -110,8 +110,7 @@ AG_AVX512 void gemm_avx512(bool ta, bool tb, int64_t m, int64_t n, int64_t k, fl
 bool small_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
 #if defined(__x86_64__)
-  static const bool avx512 = hw::cpu_features().avx512f;
-  if (!avx512 || m > kMaxM || n > kMaxNK || k > kMaxNK || k == 0 || (tb && n * k > kMaxBt)) return false;
+  if (!use_avx512() || m > kMaxM || n > kMaxNK || k > kMaxNK || k == 0 || (tb && n * k > kMaxBt)) return false;
   gemm_avx512(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   return true;
 #else

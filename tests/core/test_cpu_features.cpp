@@ -1,8 +1,13 @@
 // Consistency checks for ampgrad/hw/cpu.h. They cannot assume a particular
 // CPU, so they check implications that every correct detection satisfies, and
 // cross-check against what the kernel reports in /proc/cpuinfo where present.
+// The kernels' instruction-set level (hw::kernel_isa): its levels against the flags, the
+// switch, its refusals, and AMPGRAD_KERNEL_ISA.
 #include "support/testing.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -12,6 +17,7 @@
 #include <vector>
 
 #include "ampgrad/hw/cpu.h"
+#include "cpu/isa.h"
 
 namespace {
 
@@ -110,6 +116,106 @@ TEST(CpuFeatures, ThreadSafeAccess) {
   for (size_t i = 0; i < seen.size(); ++i) threads.emplace_back([&, i] { seen[i] = &cpu_features(); });
   for (auto& t : threads) t.join();
   for (auto* p : seen) EXPECT_EQ(p, &cpu_features());
+}
+
+// ---- the kernels' instruction-set level ---------------------------------------------
+
+constexpr bool kX86_64 =
+#if defined(__x86_64__)
+    true;
+#else
+    false;
+#endif
+
+// What each level needs beyond the one before it, as the refusals say it.
+const std::pair<const char*, const char*> kLevels[] = {{"baseline", ""},
+                                                       {"avx2", "AVX2 and FMA"},
+                                                       {"avx512", "AVX-512 F, BW, VL and DQ"},
+                                                       {"avx512_bf16", "AVX512-BF16"},
+                                                       {"amx", "AMX-TILE and AMX-BF16"}};
+
+// The number of levels this CPU runs, from its flags: each level needs what the ones before
+// it need (the variants exist on x86-64 only).
+size_t levels_run() {
+  const CpuFeatures& f = cpu_features();
+  const bool step[] = {true, kX86_64 && f.avx2 && f.fma, f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq,
+                       f.avx512_bf16, f.amx_tile && f.amx_bf16};
+  size_t n = 0;
+  while (n < std::size(step) && step[n]) ++n;
+  return n;
+}
+
+TEST(KernelIsa, LevelsFollowTheCpuFeatures) {
+  std::vector<std::string> names;
+  for (const auto& l : kLevels) names.push_back(l.first);
+  EXPECT_EQ(ampgrad::hw::kernel_isas(), names);
+  EXPECT_EQ(ampgrad::hw::best_kernel_isa(), names[levels_run() - 1]);
+}
+
+// Every level the CPU runs is taken and reported back; a wider one is refused with what the
+// CPU lacks and the levels it runs, and changes nothing; so is a name that is no level.
+TEST(KernelIsa, SwitchesToTheLevelsTheCpuRunsAndRefusesTheOthers) {
+  namespace hw = ampgrad::hw;
+  const std::string before = hw::kernel_isa();
+  const size_t run = levels_run();
+  std::string runs;
+  for (size_t i = 0; i < run; ++i) runs += (i ? ", " : "") + std::string(kLevels[i].first);
+  for (size_t i = 0; i < std::size(kLevels); ++i) {
+    const std::string name = kLevels[i].first;
+    if (i < run) {
+      hw::set_kernel_isa(name);
+      EXPECT_EQ(hw::kernel_isa(), name);
+      continue;
+    }
+    hw::set_kernel_isa("baseline");
+    EXPECT_AG_ERROR(hw::set_kernel_isa(name), "[kernel ISA] " + name + ": this CPU lacks " + kLevels[run].second);
+    EXPECT_AG_ERROR(hw::set_kernel_isa(name), "(it runs " + runs + ")");
+    EXPECT_EQ(hw::kernel_isa(), "baseline");
+  }
+  for (const char* bad : {"avx1024", "none", "AVX512", ""})
+    EXPECT_AG_ERROR(hw::set_kernel_isa(bad), std::string("[kernel ISA] ") + bad +
+                                                 " is not one of baseline, avx2, avx512, avx512_bf16, amx (this CPU runs " +
+                                                 runs + ")");
+  hw::set_kernel_isa(before);
+}
+
+// The initial level from the environment variable's value: unset or empty is the widest.
+TEST(KernelIsa, EnvironmentValues) {
+  namespace cpu = ampgrad::cpu;
+  EXPECT_EQ(cpu::kernel_isa_from_env(nullptr), cpu::best_kernel_isa());
+  EXPECT_EQ(cpu::kernel_isa_from_env(""), cpu::best_kernel_isa());
+  EXPECT_EQ(cpu::kernel_isa_from_env("baseline"), cpu::KernelIsa::Baseline);
+  EXPECT_AG_ERROR(cpu::kernel_isa_from_env("avx-512"), "[kernel ISA] AMPGRAD_KERNEL_ISA=avx-512 is not one of");
+  if (levels_run() < std::size(kLevels))
+    EXPECT_AG_ERROR(cpu::kernel_isa_from_env("amx"), "[kernel ISA] AMPGRAD_KERNEL_ISA=amx: this CPU lacks");
+}
+
+// The level in force: AMPGRAD_KERNEL_ISA's, else the widest (every test that switches it
+// switches it back). The next test runs this one in a child process with the variable set.
+TEST(KernelIsa, StartsAtTheEnvironmentsLevel) {
+  const char* env = std::getenv("AMPGRAD_KERNEL_ISA");
+  EXPECT_EQ(ampgrad::hw::kernel_isa(), env && *env ? std::string(env) : ampgrad::hw::best_kernel_isa());
+}
+
+TEST(KernelIsa, EnvironmentVariableSetsTheLevelOrIsRefused) {
+  const auto child = [](const std::string& value, int& status) {
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();  // this test binary
+    const std::string cmd =
+        "AMPGRAD_KERNEL_ISA=" + value + " '" + self + "' --gtest_filter=KernelIsa.StartsAtTheEnvironmentsLevel 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+    status = p ? pclose(p) : -1;
+    return out;
+  };
+  int status = -1;
+  const std::string ok = child("baseline", status);
+  EXPECT_EQ(status, 0) << ok;
+  EXPECT_TRUE(agt::contains(ok, "[  PASSED  ] 1 test")) << ok;
+  const std::string bad = child("avx-512", status);
+  EXPECT_NE(status, 0) << bad;
+  EXPECT_TRUE(agt::contains(bad, "[kernel ISA] AMPGRAD_KERNEL_ISA=avx-512 is not one of baseline, avx2")) << bad;
 }
 
 }  // namespace

@@ -242,8 +242,10 @@ TEST(Random, SeededAndReproducible) {
 // The CPU's uniform and normal draws follow the documented rule element by element:
 // element i of a draw with (seed, offset) is made from Philox4x32-10 of counter offset + i
 // (philox.h), whatever block of counters the kernel computes it in. Sizes and offsets
-// that are not multiples of the kernel's 16 lanes, float32 and bfloat16.
-TEST(Random, CpuDrawsFollowThePhiloxRule) {
+// that are not multiples of the kernel's 16 lanes, float32 and bfloat16; at each kernel
+// instruction-set level this CPU runs (the fills have an AVX-512 variant and the baseline).
+class RandomEachIsa : public agt::EachKernelIsa {};
+TEST_P(RandomEachIsa, CpuDrawsFollowThePhiloxRule) {
   const uint64_t seed = 0x1234567890ABCDEFull;
   for (const int64_t n : {1, 15, 17, 100, 5000})
     for (const uint64_t offset : {uint64_t(0), uint64_t(7), (uint64_t(1) << 32) - 5})
@@ -268,3 +270,4 @@ TEST(Random, CpuDrawsFollowThePhiloxRule) {
         }
       }
 }
+AGT_EACH_KERNEL_ISA(RandomEachIsa);

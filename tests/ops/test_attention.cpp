@@ -3,7 +3,9 @@
 // 64-wide tiles), float64 gradchecks, the 16-bit dtypes against float64, rows that see no
 // key, dropout (reproducible, its keep rate, the documented Philox rule, the same mask in
 // backward), the error messages, Backend's composed form (what CUDA runs) against the CPU
-// kernel, and CausalSelfAttention against the five-op formula it replaced.
+// kernel, CausalSelfAttention against the five-op formula it replaced, and each
+// instruction-set variant (hw::set_kernel_isa) in float32 and bfloat16 against float64,
+// head sizes over 256 included.
 #include "support/testing.h"
 
 #include <cmath>
@@ -605,3 +607,86 @@ TEST(Attention, Bfloat16ReadInPlaceAndWidenedAgreeBitForBit) {
           << (causal ? "causal" : "float mask") << ", output " << i << " (0: out, 1-3: dq, dk, dv)";
   }
 }
+
+// ---- each instruction-set variant -----------------------------------------------------
+// The row work runs in three variants (baseline, AVX2 with FMA, AVX-512), the float products
+// on tile_gemm's AVX-512 kernel from the level avx512 and on its general path (Eigen or
+// oneDNN's sgemm) below, the key and value transposes through AVX-512 registers or element
+// by element, and bfloat16 inputs multiply in bfloat16 pairs from the level avx512_bf16 (AMX
+// tiles at amx) and widened to float below. Each level this CPU runs is forced in turn.
+
+namespace {
+
+class AttentionEachIsa : public agt::EachKernelIsa {};
+
+// {out, dq, dk, dv} of attention on q, k, v and the incoming gradient go (float64, rounded
+// to dt first).
+TL forward_backward(const TL& qkv, const Tensor& go, DType dt, bool causal, const Tensor& mask) {
+  TL in;
+  for (const Tensor& t : qkv) in.push_back(t.to(dt).detach().requires_grad_());
+  const Tensor out = sdpa(in[0], in[1], in[2], causal, mask);
+  out.backward(go.to(dt));
+  return {out.detach(), in[0].grad(), in[1].grad(), in[2].grad()};
+}
+
+// Runs problem pb in dt at the level in force against float64 on the same rounded inputs:
+// the output against the loops (ref_attention), the gradients against the float64 kernel
+// (which GradcheckFloat64 holds to finite differences). float32 within the tolerance of the
+// float64 sweeps above; bfloat16 within its own (tol_for), doubled for the gradients, whose
+// products take the probabilities and score gradients rounded to bfloat16. Below the level
+// avx512_bf16 a bfloat16 output must be the float32 kernel's on the widened inputs, rounded
+// (the bfloat16 products are off); from it, not (they ran).
+void expect_matches_float64(const Problem& pb, DType dt) {
+  SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << pb.name() << " at " << hw::kernel_isa());
+  const TL qkv = {randf(with(pb.batch, pb.Tq, pb.D), kFloat64), randf(with(pb.batch, pb.Tk, pb.D), kFloat64),
+                  randf(with(pb.batch, pb.Tk, pb.Dv), kFloat64)};
+  const Tensor go = randf(with(pb.batch, pb.Tq, pb.Dv), kFloat64);
+  const Tensor mask = make_mask(pb);
+  const bool causal = pb.mask == MaskKind::Causal;
+  const TL got = forward_backward(qkv, go, dt, causal, mask);
+  TL rounded;
+  for (const Tensor& t : qkv) rounded.push_back(t.to(dt).to(kFloat64));
+  const TL ref = forward_backward(rounded, go.to(dt).to(kFloat64), kFloat64, causal, mask);
+  const agt::Tol t = dt == kFloat32 ? agt::Tol{1e-4, 1e-5} : agt::tol_for(dt);
+  EXPECT_TRUE(agt::allclose(got[0], ref_attention(rounded[0], rounded[1], rounded[2], mask, causal,
+                                                  1 / std::sqrt(double(pb.D))),
+                            t))
+      << "output";
+  const agt::Tol tg = dt == kFloat32 ? t : agt::Tol{2 * t.rtol, 2 * t.atol};
+  for (size_t i = 1; i < got.size(); ++i)
+    EXPECT_TRUE(agt::allclose(got[i], ref[i], tg)) << "gradient " << i << " (1-3: dq, dk, dv)";
+  if (dt == kBFloat16) {
+    const Tensor widened = sdpa(rounded[0].to(kFloat32), rounded[1].to(kFloat32), rounded[2].to(kFloat32), causal, mask);
+    const bool bf16_products = agt::kernel_isa_at_least("avx512_bf16");
+    EXPECT_EQ(agt::same_bits(got[0], widened.to(kBFloat16)), !bf16_products)
+        << (bf16_products ? "the bfloat16 products did not run" : "the bfloat16 products ran below avx512_bf16");
+  }
+}
+
+}  // namespace
+
+// Causal stripes across 64-wide tiles and a tail tile (70), keys transposed in 16 x 16
+// blocks with rows and columns left over (D 40), bool and float masks, Tq != Tk, odd sizes.
+TEST_P(AttentionEachIsa, Float32AndBfloat16AgainstFloat64) {
+  manual_seed(84);
+  for (const Problem& pb : std::vector<Problem>{{{2}, 70, 70, 40, 24, MaskKind::Causal},
+                                                {{1, 2}, 65, 65, 8, 5, MaskKind::Bool},
+                                                {{2, 2}, 33, 129, 5, 7, MaskKind::Float},
+                                                {{3}, 19, 7, 6, 9, MaskKind::None}})
+    for (DType dt : {kFloat32, kBFloat16}) expect_matches_float64(pb, dt);
+}
+
+// Head sizes over 256: bfloat16 inputs are not read in place then (direct_bf16), and the
+// products whose inner dimension is the head size (q k^T, dO v^T) exceed what
+// tile_gemm_bf16 and tile_gemm's small kernel take, so they run on tile_gemm's general path
+// in float while the others stay on bfloat16 pairs; 256 itself is the last size read in place.
+TEST_P(AttentionEachIsa, HeadSizesOver256AgainstFloat64) {
+  manual_seed(85);
+  for (const Problem& pb : std::vector<Problem>{{{1}, 70, 70, 256, 260, MaskKind::Causal},
+                                                {{2}, 70, 70, 264, 264, MaskKind::Causal},
+                                                {{1, 2}, 40, 66, 320, 200, MaskKind::Float},
+                                                {{1}, 33, 65, 512, 300, MaskKind::None}})
+    for (DType dt : {kBFloat16, kFloat32}) expect_matches_float64(pb, dt);
+}
+
+AGT_EACH_KERNEL_ISA(AttentionEachIsa);

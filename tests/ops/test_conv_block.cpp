@@ -117,15 +117,14 @@ TEST(Conv2dBlock, MatchesTheThreeOpsInFloat32AndBFloat16) {
   expect_matches_the_three_ops();
 }
 
-// The pooling's plain loops (what a CPU without AVX-512 runs) against the same.
-TEST(Conv2dBlock, PlainLoopsMatchTheThreeOps) {
-  const std::string isa = hw::vector_math_isa();
-  if (isa != "avx512") GTEST_SKIP() << "the block's pooling already runs its plain loops here (vector math " << isa << ")";
+// The pooling in each variant that this CPU runs (plain loops below the kernels' level
+// avx512, what a CPU without AVX-512 runs) against the same.
+class Conv2dBlockEachIsa : public agt::EachKernelIsa {};
+TEST_P(Conv2dBlockEachIsa, MatchesTheThreeOps) {
   manual_seed(67);
-  hw::set_vector_math_isa("none");
   expect_matches_the_three_ops();
-  hw::set_vector_math_isa(isa);
 }
+AGT_EACH_KERNEL_ISA(Conv2dBlockEachIsa);
 
 // Forward values against float64 (the loops and Eigen): the max of a window is continuous,
 // so float32 rounding moves it by about one rounding of the convolution.

@@ -189,13 +189,15 @@ TEST(Linalg, MatmulStridedOperandsAreReadInPlaceOrCopied) {
   EXPECT_TRUE(agt::allclose(matmul(nc, nd), ref_matmul(nc, nd), fp32_tol(7)));
 }
 
-// Copies out of a transposed 32-bit matrix (16 x 16 blocks on AVX-512, the edges apart)
-// give each element where it belongs, whatever the sizes' remainders.
-TEST(Linalg, TransposedCopiesPutEveryElementInPlace) {
+// Copies out of a transposed matrix of 16-, 32- and 64-bit elements (blocks through AVX-512
+// registers at the kernels' level avx512, the edges apart; L1 buffers below it, at each
+// level this CPU runs) give each element where it belongs, whatever the sizes' remainders.
+class LinalgEachIsa : public agt::EachKernelIsa {};
+TEST_P(LinalgEachIsa, TransposedCopiesPutEveryElementInPlace) {
   manual_seed(17);
   for (auto [r, c] : std::vector<std::array<int64_t, 2>>{{16, 16}, {17, 33}, {40, 200}, {200, 40}, {15, 64}, {1536, 384}}) {
     SCOPED_TRACE(std::to_string(r) + "x" + std::to_string(c));
-    for (DType dt : {kFloat32, kInt32}) {
+    for (DType dt : {kFloat32, kInt32, kBFloat16, kFloat64}) {
       const Tensor base = randint(-1000000, 1000000, {c, r}).to(dt);
       const Tensor t = base.t().contiguous();
       ASSERT_TRUE(t.is_contiguous());
@@ -212,6 +214,7 @@ TEST(Linalg, TransposedCopiesPutEveryElementInPlace) {
   for (int64_t i = 0; i < 50; ++i)
     for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(tv[size_t(i * 40 + j)], wv[size_t(j * 50 + i)]);
 }
+AGT_EACH_KERNEL_ISA(LinalgEachIsa);
 
 // The same for every element width and for the copies that are batches of transposes:
 // transpose(1, 2) of a batch, a permute that moves the innermost dim (NCHW to NHWC), and a

@@ -2,7 +2,8 @@
 // double loops (every reduction, ignore_index, label smoothing, spatial targets, soft
 // targets), numerical stability, 16-bit logits against float32 and against the double
 // loops, gradients by finite differences and (cross_entropy's fused kernels) against the
-// loop formula, and the error messages.
+// loop formula, the error messages, and each instruction-set variant of cross entropy's
+// rows (hw::set_kernel_isa) against the loops, forward and backward.
 #include <cmath>
 #include <limits>
 
@@ -440,3 +441,41 @@ TEST(LossTest, Errors) {
   EXPECT_AG_ERROR(ag::binary_cross_entropy_with_logits(x, ag::zeros({4, 1})),
                   "[binary_cross_entropy_with_logits] target of shape [4, 1] must have the input's shape [4, 5]");
 }
+
+// Cross entropy's rows (classes innermost; float32, and 16-bit logits widened to float) have
+// an AVX-512 variant and the baseline one (loss.cpp); each level this CPU runs is forced in
+// turn. Per-position losses and the gradient for a random incoming gradient per position
+// against the double loops on the same rounded logits, and against the baseline variant
+// bit for bit (the variants do the same arithmetic). Class counts go around the 16-lane
+// vectors and the 256-logit chunks of the exponentials; a quarter of the targets ignored.
+class LossEachIsa : public agt::EachKernelIsa {};
+
+TEST_P(LossEachIsa, CrossEntropyForwardAndBackwardAgainstFloat64) {
+  ag::manual_seed(83);
+  const int64_t N = 6;
+  for (ag::DType dt : {ag::kFloat32, ag::kBFloat16})
+    for (int64_t C : {1, 15, 16, 17, 255, 256, 257, 1000})
+      for (double smoothing : {0.0, 0.1}) {
+        SCOPED_TRACE(::testing::Message() << ag::dtype_name(dt) << " C " << C << " smoothing " << smoothing);
+        const Tensor x = ag::mul(ag::randn({N, C}, ag::kFloat64), 3.0).to(dt);
+        const Tensor t = random_targets({N}, C, -100, 0.25);
+        const Tensor g = ag::randn({N}, ag::kFloat64).to(dt);
+        const auto run = [&] {
+          Tensor xg = x.detach().requires_grad_();
+          const Tensor loss = ag::cross_entropy(xg, t, Reduction::None, -100, smoothing);
+          loss.backward(g);
+          return std::vector<Tensor>{loss.detach(), xg.grad()};
+        };
+        const std::vector<Tensor> got = run();
+        const Tensor x64 = x.to(ag::kFloat64);
+        const agt::Tol tol = dt == ag::kFloat32 ? agt::fp32_tol(C) : agt::tol_for(dt);
+        EXPECT_TRUE(agt::allclose(got[0], ref_cross_entropy(x64, t, Reduction::None, -100, smoothing), tol)) << "losses";
+        const Tensor grad = ag::mul(ref_cross_entropy_grad(x64, t, -100, smoothing), g.to(ag::kFloat64).unsqueeze(1));
+        EXPECT_TRUE(agt::allclose(got[1], grad, tol)) << "gradient";
+        const std::vector<Tensor> base = agt::at_kernel_isa("baseline", run);
+        EXPECT_TRUE(agt::same_bits(got[0], base[0])) << "losses against the baseline variant";
+        EXPECT_TRUE(agt::same_bits(got[1], base[1])) << "gradient against the baseline variant";
+      }
+}
+
+AGT_EACH_KERNEL_ISA(LossEachIsa);

@@ -1,7 +1,8 @@
 // softmax, log_softmax and layer_norm: values against double loops along every dim and
 // layout the CPU kernel distinguishes (last dim, inner columns), stability for large
 // inputs, 16-bit dtypes against float32, gradients by finite differences (including the
-// fused weight/bias reduction over many rows), and the error messages.
+// fused weight/bias reduction over many rows), the error messages, and each instruction-set
+// variant of the float rows (hw::set_kernel_isa) against float64 loops, forward and backward.
 #include <cmath>
 #include <limits>
 
@@ -31,6 +32,58 @@ Tensor ref_layer_norm(const Tensor& x, int64_t inner, const Tensor& w, const Ten
     }
   }
   return ag::from_vector<double>(out, x.sizes().vec());
+}
+
+// The gradient of softmax (or log-softmax) of x along dim for the incoming gradient g, in
+// double loops: y (g - <g, y>), or g - exp(y) sum(g) for log-softmax, y the reference output.
+Tensor ref_softmax_grad(const Tensor& x, const Tensor& g, int64_t dim, bool log) {
+  const auto y = ref_softmax(x, dim, log).to_vector<double>(), gv = g.to_vector<double>();
+  const int64_t nd = x.dim();
+  dim = (dim + nd) % nd;
+  int64_t outer = 1, n = x.size(dim), inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
+  std::vector<double> out(y.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < inner; ++c) {
+      auto at = [&](int64_t i) { return size_t((o * n + i) * inner + c); };
+      double s = 0;
+      for (int64_t i = 0; i < n; ++i) s += log ? gv[at(i)] : gv[at(i)] * y[at(i)];
+      for (int64_t i = 0; i < n; ++i) out[at(i)] = log ? gv[at(i)] - std::exp(y[at(i)]) * s : y[at(i)] * (gv[at(i)] - s);
+    }
+  return ag::from_vector<double>(out, x.sizes().vec());
+}
+
+// Layer norm's gradients {dx, dw, db} over the last `inner` elements for the incoming
+// gradient g, in double loops: dx = rstd (g w - mean(g w) - xhat mean(g w xhat)),
+// dw = sum over rows of g xhat, db = sum of g.
+std::vector<Tensor> ref_layer_norm_grads(const Tensor& x, const Tensor& w, const Tensor& g, int64_t inner, double eps) {
+  const auto v = x.to_vector<double>(), wv = w.to_vector<double>(), gv = g.to_vector<double>();
+  std::vector<double> dx(v.size()), dw(size_t(inner), 0.0), db(size_t(inner), 0.0), xhat(static_cast<size_t>(inner));
+  for (size_t r = 0; r < v.size() / size_t(inner); ++r) {
+    const size_t r0 = r * size_t(inner);
+    double m = 0, var = 0;
+    for (int64_t i = 0; i < inner; ++i) m += v[r0 + size_t(i)];
+    m /= double(inner);
+    for (int64_t i = 0; i < inner; ++i) var += std::pow(v[r0 + size_t(i)] - m, 2);
+    const double rstd = 1 / std::sqrt(var / double(inner) + eps);
+    double c1 = 0, c2 = 0;
+    for (int64_t i = 0; i < inner; ++i) {
+      const size_t k = r0 + size_t(i);
+      xhat[size_t(i)] = (v[k] - m) * rstd;
+      c1 += gv[k] * wv[size_t(i)];
+      c2 += gv[k] * wv[size_t(i)] * xhat[size_t(i)];
+      dw[size_t(i)] += gv[k] * xhat[size_t(i)];
+      db[size_t(i)] += gv[k];
+    }
+    c1 /= double(inner), c2 /= double(inner);
+    for (int64_t i = 0; i < inner; ++i) {
+      const size_t k = r0 + size_t(i);
+      dx[k] = rstd * (gv[k] * wv[size_t(i)] - c1 - xhat[size_t(i)] * c2);
+    }
+  }
+  return {ag::from_vector<double>(dx, x.sizes().vec()), ag::from_vector<double>(dw, {inner}),
+          ag::from_vector<double>(db, {inner})};
 }
 
 }  // namespace
@@ -272,3 +325,91 @@ TEST(NormTest, LayerNormToOtherInputDtypesAndErrors) {
   EXPECT_AG_ERROR(ag::layer_norm_to(x, {8}, Tensor(), Tensor(), 1e-5, ag::kBFloat16),
                   "[layer_norm] normalized_shape [8] does not match");
 }
+
+// ---- each instruction-set variant -----------------------------------------------------
+// The float rows (float32, and 16-bit inputs widened to float) have an AVX-512 variant and
+// the baseline one (norm.cpp); each level this CPU runs is forced in turn. Inputs of each
+// dtype are compared with float64 loops on the same rounded values, forward and backward,
+// and with the baseline variant bit for bit: the variants do the same arithmetic (no
+// contraction, fixed lanes), so any difference is a variant's own bug. Row lengths go
+// around the 16-lane vectors (tails of 1, 15 and 17), and dims that are not the last take
+// the column blocks (16 columns and a remainder).
+
+namespace {
+
+class NormEachIsa : public agt::EachKernelIsa {};
+
+// Tolerances for a float32 result built from sums of n terms (fp32_tol), or a 16-bit one
+// (the dtype's, four times the relative part for a gradient computed from a rounded output).
+agt::Tol row_tol(ag::DType dt, int64_t n, bool gradient) {
+  if (dt == ag::kFloat32) return agt::fp32_tol(n);
+  const agt::Tol t = agt::tol_for(dt);
+  return gradient ? agt::Tol{4 * t.rtol, t.atol} : t;
+}
+
+}  // namespace
+
+TEST_P(NormEachIsa, SoftmaxAndLogSoftmaxForwardAndBackwardAgainstFloat64) {
+  ag::manual_seed(81);
+  struct S {
+    std::vector<int64_t> shape;
+    int64_t dim;
+  };
+  const std::vector<S> cases = {{{3, 1}, 1},   {{3, 15}, 1},    {{3, 16}, 1},       {{3, 17}, 1},
+                                {{2, 100}, -1}, {{2, 1000}, 1}, {{4, 37, 19}, 1}, {{2, 33, 5}, 0}};
+  for (ag::DType dt : {ag::kFloat32, ag::kBFloat16})
+    for (const S& c : cases)
+      for (bool log : {false, true}) {
+        const Tensor x = ag::mul(ag::randn(c.shape, ag::kFloat64), 3.0).to(dt);
+        SCOPED_TRACE(::testing::Message() << ag::dtype_name(dt) << " " << x.sizes() << " dim " << c.dim << (log ? " log" : ""));
+        const Tensor g = ag::randn(c.shape, ag::kFloat64).to(dt);
+        const auto run = [&] {
+          Tensor xg = x.detach().requires_grad_();
+          const Tensor y = log ? ag::log_softmax(xg, c.dim) : ag::softmax(xg, c.dim);
+          y.backward(g);
+          return std::vector<Tensor>{y.detach(), xg.grad()};
+        };
+        const std::vector<Tensor> got = run();
+        const Tensor x64 = x.to(ag::kFloat64), g64 = g.to(ag::kFloat64);
+        const int64_t n = x.size(c.dim);
+        EXPECT_TRUE(agt::allclose(got[0], ref_softmax(x64, c.dim, log), row_tol(dt, n, false))) << "output";
+        EXPECT_TRUE(agt::allclose(got[1], ref_softmax_grad(x64, g64, c.dim, log), row_tol(dt, n, true))) << "gradient";
+        const std::vector<Tensor> base = agt::at_kernel_isa("baseline", run);
+        EXPECT_TRUE(agt::same_bits(got[0], base[0])) << "output against the baseline variant";
+        EXPECT_TRUE(agt::same_bits(got[1], base[1])) << "gradient against the baseline variant";
+      }
+}
+
+TEST_P(NormEachIsa, LayerNormForwardAndBackwardAgainstFloat64) {
+  ag::manual_seed(82);
+  struct S {
+    int64_t rows, inner;
+  };
+  for (ag::DType dt : {ag::kFloat32, ag::kBFloat16})
+    for (const S& c : {S{5, 1}, S{5, 15}, S{5, 16}, S{5, 17}, S{3, 100}, S{2, 1000}, S{700, 33}}) {
+      SCOPED_TRACE(std::string(ag::dtype_name(dt)) + " rows " + std::to_string(c.rows) + " inner " + std::to_string(c.inner));
+      const Tensor x = ag::add(ag::randn({c.rows, c.inner}, ag::kFloat64), 0.5).to(dt);
+      const Tensor w = ag::randn({c.inner}, ag::kFloat64).to(dt), b = ag::randn({c.inner}, ag::kFloat64).to(dt);
+      const Tensor g = ag::randn({c.rows, c.inner}, ag::kFloat64).to(dt);
+      const auto run = [&] {
+        Tensor xg = x.detach().requires_grad_(), wg = w.detach().requires_grad_(), bg = b.detach().requires_grad_();
+        const Tensor y = ag::layer_norm(xg, {c.inner}, wg, bg);
+        y.backward(g);
+        return std::vector<Tensor>{y.detach(), xg.grad(), wg.grad(), bg.grad()};
+      };
+      const std::vector<Tensor> got = run();
+      const Tensor x64 = x.to(ag::kFloat64), w64 = w.to(ag::kFloat64);
+      const std::vector<Tensor> grads = ref_layer_norm_grads(x64, w64, g.to(ag::kFloat64), c.inner, 1e-5);
+      EXPECT_TRUE(agt::allclose(got[0], ref_layer_norm(x64, c.inner, w64, b.to(ag::kFloat64), 1e-5),
+                                row_tol(dt, c.inner, false)))
+          << "output";
+      EXPECT_TRUE(agt::allclose(got[1], grads[0], row_tol(dt, c.inner, true))) << "input gradient";
+      EXPECT_TRUE(agt::allclose(got[2], grads[1], row_tol(dt, c.rows, true))) << "weight gradient";
+      EXPECT_TRUE(agt::allclose(got[3], grads[2], row_tol(dt, c.rows, true))) << "bias gradient";
+      const std::vector<Tensor> base = agt::at_kernel_isa("baseline", run);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(agt::same_bits(got[i], base[i])) << "result " << i << " (output, dx, dw, db) against the baseline variant";
+    }
+}
+
+AGT_EACH_KERNEL_ISA(NormEachIsa);

@@ -1,10 +1,12 @@
 // tile_gemm (kernels/cpu/gemm.h), the small products of the attention kernel, against a
 // float64 reference: every transpose combination, sizes around the kernel's 4- and 8-row and
 // 16-lane blocks, beta 0 (old contents ignored, NaN included), 1 and another value, and
-// leading dimensions wider than the rows. small_tile_gemm is checked directly where the CPU
-// has AVX-512 (it declines elsewhere, which is checked too).
-#include <gtest/gtest.h>
-#include <ampgrad/ampgrad.h>
+// leading dimensions wider than the rows; at each instruction-set level this CPU runs
+// (hw::set_kernel_isa), so that below avx512 the general path (Eigen, or oneDNN's sgemm)
+// takes them all, and with the shapes the small kernel declines at any level.
+// small_tile_gemm is checked directly at the level avx512 (it declines below, which is
+// checked too), and tile_gemm_bf16 from avx512_bf16 (AMX tiles at amx).
+#include "support/testing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -84,19 +86,56 @@ std::vector<Case> cases() {
   return out;
 }
 
+// tile_gemm itself, on whatever path it takes for each case.
+bool run_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                   const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  ampgrad::cpu::tile_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return true;
+}
+
+// Whether small_tile_gemm takes case t (computing into scratch).
+bool small_kernel_takes(const Case& t) {
+  const int64_t rows = std::max({t.m, t.n, t.k}) + 1;
+  std::vector<float> a(size_t(rows * rows), 1.0f), b(a), c(a);
+  return ampgrad::cpu::small_tile_gemm(t.ta, t.tb, t.m, t.n, t.k, t.alpha, a.data(), rows, b.data(), rows, t.beta,
+                                       c.data(), rows);
+}
+
+class TileGemmEachIsa : public agt::EachKernelIsa {};
+
 }  // namespace
 
-TEST(TileGemm, MatchesTheReference) {
-  auto gemm = [](bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-    ampgrad::cpu::tile_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return true;
-  };
-  for (const Case& t : cases()) check(t, gemm);
+// Below avx512 the small kernel declines every case, so the general path computes them.
+TEST_P(TileGemmEachIsa, MatchesTheReference) {
+  const bool small = agt::kernel_isa_at_least("avx512");
+  for (const Case& t : cases()) {
+    check(t, run_tile_gemm);
+    if (!small) ASSERT_FALSE(small_kernel_takes(t)) << "m " << t.m << " n " << t.n << " k " << t.k;
+  }
+}
+
+// What the small kernel declines at every level (more than 64 rows, more than 256 columns
+// or inner products, a transposed b of more than 64 x 256 values, an empty inner
+// dimension, where c is only scaled by beta) goes to the general path.
+TEST(TileGemm, ShapesTheSmallKernelDeclinesTakeTheGeneralPath) {
+  std::vector<Case> big;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f, -0.5f})
+        for (const Case& t : {Case{ta, tb, 65, 33, 17, 0.75f, beta}, Case{ta, tb, 7, 257, 20, 0.75f, beta},
+                              Case{ta, tb, 9, 31, 300, 0.75f, beta}, Case{ta, tb, 5, 130, 130, 0.75f, beta},
+                              Case{ta, tb, 6, 17, 0, 0.75f, beta}})
+          if (t.tb || t.n != 130) big.push_back(t);  // 130 x 130 declines only as a transposed b
+  for (const Case& t : big) {
+    SCOPED_TRACE(::testing::Message() << "ta " << t.ta << " tb " << t.tb << " m " << t.m << " n " << t.n << " k " << t.k);
+    ASSERT_FALSE(small_kernel_takes(t));
+    check(t, run_tile_gemm);
+  }
 }
 
 TEST(TileGemm, SmallKernelMatchesTheReference) {
-  if (!ag::hw::cpu_features().avx512f) GTEST_SKIP() << "this CPU has no AVX-512: small_tile_gemm declines";
+  if (!agt::kernel_isa_at_least("avx512"))
+    AGT_SKIP_HARDWARE() << "the kernels' level is " << ag::hw::kernel_isa() << ", below avx512: small_tile_gemm declines";
   for (const Case& t : cases()) EXPECT_TRUE(check(t, ampgrad::cpu::small_tile_gemm)) << t.m << " " << t.n << " " << t.k;
 }
 
@@ -107,7 +146,7 @@ TEST(TileGemm, SmallKernelDeclinesWhatIsNotSmall) {
   EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 257, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
   EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 257, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
   EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 0, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
-  if (!ag::hw::cpu_features().avx512f)
+  if (!agt::kernel_isa_at_least("avx512"))
     EXPECT_FALSE(ampgrad::cpu::small_tile_gemm(false, false, 8, 8, 8, 1, a.data(), 300, b.data(), 300, 0, c.data(), 300));
 }
 
@@ -117,9 +156,11 @@ TEST(TileGemm, SmallKernelDeclinesWhatIsNotSmall) {
 // offsets into the packed b, and beta 0, 1 and another value. Twice: b's rows outside the
 // product hold infinities (reading any of them would turn results into NaN; such a b is
 // not finite, so AMX declines it and the AVX512-BF16 kernel runs), then finite values (the
-// AMX tiles on a CPU with AMX-BF16, which read past the product and must not count it).
-TEST(TileGemm, Bf16KernelMatchesTheRoundedReference) {
-  if (!ag::hw::cpu_features().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16: tile_gemm_bf16 declines";
+// AMX tiles at the level amx, which read past the product and must not count it;
+// VDPBF16PS at avx512_bf16).
+TEST_P(TileGemmEachIsa, Bf16KernelMatchesTheRoundedReference) {
+  if (!agt::kernel_isa_at_least("avx512_bf16"))
+    GTEST_SKIP() << "below avx512_bf16 tile_gemm_bf16 declines every product (Bf16KernelDeclinesWhatItCannotDoExactly)";
   const auto bf = [](float x) { return double(float(ag::BFloat16(x))); };
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -194,15 +235,20 @@ TEST(TileGemm, Bf16KernelMatchesTheRoundedReference) {
   EXPECT_EQ(checked, 2 * 2 * 6 * 8 * 6 * 2 * 3);
 }
 
-TEST(TileGemm, Bf16KernelDeclinesWhatItCannotDoExactly) {
+// Below avx512_bf16 (a CPU without AVX512-BF16, or hw::set_kernel_isa) nothing packs and
+// every product declines; from it, the products it cannot do exactly.
+TEST_P(TileGemmEachIsa, Bf16KernelDeclinesWhatItCannotDoExactly) {
   std::vector<float> a(300 * 300, 1.0f), b(300 * 300, 1.0f), c(300 * 300, 0.0f);
   ampgrad::cpu::Bf16Pairs packed;
-  if (!packed.pack(b.data(), 300, 300, 300)) {
-    EXPECT_FALSE(ag::hw::cpu_features().avx512_bf16);
+  if (!agt::kernel_isa_at_least("avx512_bf16")) {
+    EXPECT_FALSE(packed.pack(b.data(), 300, 300, 300));
     EXPECT_EQ(packed.K, 0);
     EXPECT_FALSE(ampgrad::cpu::tile_gemm_bf16(false, 8, 8, 8, 1, a.data(), 300, packed, 0, 0, 0, c.data(), 300));
-    GTEST_SKIP() << "this CPU has no AVX512-BF16: nothing packs, every product declines";
+    EXPECT_FALSE(ampgrad::cpu::tile_gemm_bf16_available());
+    return;
   }
+  ASSERT_TRUE(packed.pack(b.data(), 300, 300, 300));
+  EXPECT_TRUE(ampgrad::cpu::tile_gemm_bf16_available());
   const auto run = [&](int64_t m, int64_t n, int64_t k, int64_t p0, int64_t j0) {
     return ampgrad::cpu::tile_gemm_bf16(false, m, n, k, 1, a.data(), 300, packed, p0, j0, 0, c.data(), 300);
   };
@@ -219,3 +265,5 @@ TEST(TileGemm, Bf16KernelDeclinesWhatItCannotDoExactly) {
   EXPECT_FALSE(run(8, 8, 8, 292, 0));   // rows past b
   EXPECT_FALSE(run(8, 8, 8, 0, 293));   // columns past b
 }
+
+AGT_EACH_KERNEL_ISA(TileGemmEachIsa);

@@ -228,6 +228,29 @@ std::string error_in_child(const std::function<void()>& f, int seconds, bool unp
 
 std::string source_dir() { return AMPGRAD_SOURCE_DIR; }
 
+namespace {
+// A level's place in ag::hw::kernel_isas() (narrowest first).
+ptrdiff_t isa_rank(const std::string& name) {
+  const std::vector<std::string> all = ag::hw::kernel_isas();
+  return std::find(all.begin(), all.end(), name) - all.begin();
+}
+}  // namespace
+
+bool kernel_isa_at_least(const std::string& name) { return isa_rank(ag::hw::kernel_isa()) >= isa_rank(name); }
+
+void EachKernelIsa::SetUp() {
+  before_ = ag::hw::kernel_isa();
+  // A level this CPU runs must be accepted (a refusal fails the test); a wider one is a skip
+  // whose reason is the library's refusal, which names what the CPU lacks.
+  if (isa_rank(GetParam()) > isa_rank(ag::hw::best_kernel_isa()))
+    AGT_SKIP_HARDWARE() << error_of([&] { ag::hw::set_kernel_isa(GetParam()); });
+  ag::hw::set_kernel_isa(GetParam());
+}
+
+void EachKernelIsa::TearDown() {
+  if (!before_.empty()) ag::hw::set_kernel_isa(before_);
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

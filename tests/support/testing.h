@@ -121,7 +121,40 @@ std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches);
 /// the result much smaller than its terms, so the absolute tolerance grows with sqrt(K).
 Tol fp32_tol(int64_t K);
 
+/// Whether the CPU kernels' instruction-set level in force (ag::hw::kernel_isa()) is `name`
+/// or wider (the order of ag::hw::kernel_isas()).
+bool kernel_isa_at_least(const std::string& name);
+
+/// f() run at the CPU kernels' level `name` (one this CPU runs), the level in force put
+/// back afterwards: a variant's result next to another's.
+template <class F>
+auto at_kernel_isa(const std::string& name, F&& f) {
+  struct Back {
+    std::string isa;
+    ~Back() { ag::hw::set_kernel_isa(isa); }
+  } back{ag::hw::kernel_isa()};
+  ag::hw::set_kernel_isa(name);
+  return f();
+}
+
+/// A test run once per level of the CPU kernels' own variants (ag::hw::kernel_isas():
+/// baseline, avx2, avx512, avx512_bf16, amx), instantiated by AGT_EACH_KERNEL_ISA(Fixture):
+/// SetUp switches the process to GetParam() with ag::hw::set_kernel_isa, or skips (hardware)
+/// with what this CPU lacks where the level is wider than it runs; TearDown switches back.
+class EachKernelIsa : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+ private:
+  std::string before_;
+};
+
 }  // namespace agt
+
+#define AGT_EACH_KERNEL_ISA(Fixture)                                                  \
+  INSTANTIATE_TEST_SUITE_P(Isa, Fixture, ::testing::ValuesIn(::ag::hw::kernel_isas()), \
+                           [](const ::testing::TestParamInfo<std::string>& i) { return i.param; })
 
 namespace ampgrad::detail {
 /// How many CPU primitives (oneDNN) are cached: core/src/internal.h, which is not on the
