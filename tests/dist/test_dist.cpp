@@ -172,6 +172,33 @@ TEST(Dist, GradReducerStartsBucketsDuringBackward) {
   }
 }
 
+// A gradient the user replaced with a view (here an expanded one, from a post-accumulate
+// hook that runs before the reducer's): the averaged values are written back into memory the
+// gradient owns, not through the view (whose elements share memory).
+TEST(Dist, GradReducerWritesBackIntoAGradientSetToAView) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  const int r = pg().rank(), n = pg().size();
+  for (int64_t bucket_bytes : {int64_t(1), int64_t(1) << 20}) {  // a bucket each, or one for all
+    SCOPED_TRACE(bucket_bytes);
+    Tensor a = zeros({3, 4}).requires_grad_(), b = zeros({4}).requires_grad_();
+    const Tensor row = from_vector<float>({1, 2, 3, 4}, {1, 4}) * float(r + 1);
+    a.register_post_accumulate_grad_hook([&](const Tensor& p) { p.set_grad(row.expand({3, 4})); });
+    dist::GradReducer reducer(pg(), {.bucket_bytes = bucket_bytes});
+    reducer.add_parameters({a, b});
+    reducer.prepare();
+    (a.sum() + (b * 2.0).sum()).backward();
+    reducer.finish();
+    const double mean_factor = double(n + 1) / 2;  // the average of r + 1 over the ranks
+    std::vector<double> want;
+    for (int i = 0; i < 3; ++i)
+      for (double v : {1.0, 2.0, 3.0, 4.0}) want.push_back(v * mean_factor);
+    EXPECT_EQ(a.grad().to_vector<double>(), want);
+    EXPECT_TRUE(a.grad().is_non_overlapping_and_dense());
+    EXPECT_EQ(row.to_vector<double>(), (std::vector<double>{1.0 * (r + 1), 2.0 * (r + 1), 3.0 * (r + 1), 4.0 * (r + 1)}));
+    EXPECT_EQ(b.grad().to_vector<double>(), std::vector<double>(4, 2.0));
+  }
+}
+
 // ReducerOptions::reduce_in_half: 16-bit gradients averaged in their own type (each rank's
 // share k / n rounded to the type, then the shares summed) or widened to float32, averaged
 // and rounded once. Gradients of a few times u, the type's smallest subnormal (2^-24 for

@@ -3,7 +3,8 @@
 #   rank 0 alone prints (one summary, naming the 2 processes), writes the JSON and the
 #   checkpoints (and prunes them to --keep); the figures are the job's (every training
 #   sample counted once per epoch); a resumed job continues from rank 0's checkpoint on
-#   every rank; the GPT path draws one batch per rank.
+#   every rank; the GPT path draws one batch per rank. On the trainer's small dataset
+#   (tests/trainer/small_data.py, in batches of 16 per rank: 8 steps an epoch).
 # Usage: train.sh <mpiexec> <ampgrad-train> <work dir>
 set -euo pipefail
 mpiexec=$1
@@ -15,9 +16,11 @@ export OMP_NUM_THREADS=1
 launch=("$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vader --mca btl_vader_single_copy_mechanism none)
 fail() { echo "FAIL: $*"; exit 1; }
 run_dir="$dir/run"
+"$(dirname "$0")/../trainer/small_data.py" "$dir/data"
+exe=("$exe" --data "$dir/data" --batch-size 16)
 
 # 1. Two epochs, keep 1.
-timeout 600 "${launch[@]}" "$exe" --strategy ddp --model mlp --epochs 2 --save "$run_dir" --keep 1 \
+timeout 600 "${launch[@]}" "${exe[@]}" --strategy ddp --model mlp --epochs 2 --save "$run_dir" --keep 1 \
   --json "$dir/a.json" >"$dir/a.log" 2>&1 || { tail -n 30 "$dir/a.log"; fail "the ddp run failed"; }
 [ "$(grep -c '^summary: ' "$dir/a.log")" = 1 ] || { cat "$dir/a.log"; fail "not exactly one summary"; }
 grep -q "ddp over 2 processes" "$dir/a.log" || { cat "$dir/a.log"; fail "the summary does not name the 2 processes"; }
@@ -32,7 +35,7 @@ assert r["epochs"][-1]["test_accuracy"] > 0.8, r["epochs"][-1]
 PY
 
 # 2. Resumed on both ranks from rank 0's checkpoint.
-timeout 600 "${launch[@]}" "$exe" --strategy ddp --model mlp --epochs 3 --resume "$run_dir" --save "$run_dir" --keep 1 \
+timeout 600 "${launch[@]}" "${exe[@]}" --strategy ddp --model mlp --epochs 3 --resume "$run_dir" --save "$run_dir" --keep 1 \
   --json "$dir/b.json" >"$dir/b.log" 2>&1 || { tail -n 30 "$dir/b.log"; fail "the resumed ddp run failed"; }
 [ "$(grep -c "^resumed  : $run_dir/epoch-0002.safetensors after epoch 2" "$dir/b.log")" = 1 ] ||
   { cat "$dir/b.log"; fail "resume point"; }
@@ -44,7 +47,7 @@ assert r["epochs"][-1]["test_accuracy"] > 0.8, r["epochs"][-1]
 PY
 
 # 3. The GPT, briefly.
-timeout 600 "${launch[@]}" "$exe" --strategy ddp --model gpt --epochs 1 --steps-per-epoch 20 --sample-length 20 \
+timeout 600 "${launch[@]}" "${exe[@]}" --strategy ddp --model gpt --epochs 1 --steps-per-epoch 20 --sample-length 20 \
   --json "$dir/g.json" >"$dir/g.log" 2>&1 || { tail -n 30 "$dir/g.log"; fail "the ddp GPT run failed"; }
 [ "$(grep -c '^summary: gpt' "$dir/g.log")" = 1 ] || { cat "$dir/g.log"; fail "GPT: not exactly one summary"; }
 echo "ddp trainer: rank-0 output and checkpoints, resume, GPT: all as expected"

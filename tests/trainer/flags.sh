@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ampgrad-train's recipe options each take effect, on a small dataset in Fashion-MNIST's
-# format (256 training and 100 test images, written here) and a short text for gpt, one
+# format (256 training and 100 test images, small_data.py) and a short text for gpt, one
 # thread a run (but for --threads), on the CPU, so that the whole script takes seconds:
 #   --seed        the same seed gives the same run; another seed another run
 #   --lr          the rate the optimizer runs at (the JSON's lr under --schedule constant); a
@@ -22,26 +22,7 @@ rm -rf "$dir"
 mkdir -p "$dir/data"
 fail() { echo "FAIL: $*"; exit 1; }
 
-python3 - "$dir/data" <<'PY'
-import gzip, random, struct, sys
-d, rnd = sys.argv[1], random.Random(0)
-def write(split, n):  # noise, and a bright 6x6 patch whose place is the class
-    labels, img = [rnd.randrange(10) for _ in range(n)], bytearray()
-    for c in labels:
-        px = [rnd.randrange(64) for _ in range(784)]
-        for r in range(2 + 8 * (c // 4), 8 + 8 * (c // 4)):
-            for col in range(2 + 8 * (c % 4), 8 + 8 * (c % 4)):
-                px[r * 28 + col] = 200 + rnd.randrange(56)
-        img += bytes(px)
-    with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz", "wb") as f:
-        f.write(struct.pack(">IIII", 2051, n, 28, 28) + img)
-    with gzip.open(f"{d}/{split}-labels-idx1-ubyte.gz", "wb") as f:
-        f.write(struct.pack(">II", 2049, n) + bytes(labels))
-write("train", 256)
-write("t10k", 100)
-words = "the quick brown fox jumps over a lazy dog while seven wizards box and hum".split()
-open(f"{d}/text.txt", "w").write(" ".join(rnd.choice(words) for _ in range(400)) + "\n")
-PY
+"$(dirname "$0")/small_data.py" "$dir/data"
 
 run() {  # run <name> <options...>: an MLP run
   local name=$1
