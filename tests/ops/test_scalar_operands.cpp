@@ -249,14 +249,16 @@ TEST(ScalarOperands, GradientsOfTensorScalarOps) {
   }
 }
 
-// A tensor labelled with the CUDA device, on host memory that is never touched: enough to
-// follow an op to the point where it calls the CUDA backend, on any machine.
+// A tensor labelled with a CUDA device that no machine has (index 99), on host memory that
+// is never touched: enough to follow an op to the point where it calls the CUDA backend,
+// which refuses the device before any kernel could read host memory as device memory (on
+// a GPU that fault would poison the context for every later test).
 template <class T>
 Tensor labelled_cuda(std::vector<T>& host) {
   auto storage = std::make_shared<Storage>();
   storage->data = host.data();
   storage->nbytes = host.size() * sizeof(T);
-  storage->device = Device(kCUDA, 0);
+  storage->device = Device(kCUDA, 99);
   return Tensor(std::make_shared<TensorImpl>(storage, Shape{int64_t(host.size())}, Shape{1}, 0, dtype_of<T>));
 }
 
@@ -267,9 +269,9 @@ TEST(ScalarOperands, HostScalarGoesWithAnyDevice) {
   const Tensor two = scalar_tensor(2.0);  // 0-dim, on the CPU
   Tensor cond = labelled_cuda(host_mask);
   cond.unsafe_impl()->dtype = kBool;
-  // The op gets past its device check and reaches the CUDA backend (which, here, cannot
-  // allocate or has no elementwise kernel yet): the host scalar was accepted as a scalar,
-  // read in place, not through item() (no host sync).
+  // The op gets past its device check and reaches the CUDA backend (which refuses device
+  // 99, or is not built): the host scalar was accepted as a scalar, read in place, not
+  // through item() (no host sync).
   for (const auto& entry : std::vector<std::pair<std::string, std::function<void()>>>{
            {"mul", [&] { (void)mul(dev, two); }},
            {"sub", [&] { (void)sub(two, dev); }},
@@ -284,6 +286,6 @@ TEST(ScalarOperands, HostScalarGoesWithAnyDevice) {
     EXPECT_TRUE(agt::contains(e, "cuda") || agt::contains(e, "CUDA")) << name << ": " << e;
   }
   // Only a 0-dim CPU tensor acts as a scalar.
-  EXPECT_AG_ERROR(mul(dev, from_vector<float>({2}, {1})), "[mul] expected tensors on one device, got cuda:0 and cpu");
-  EXPECT_AG_ERROR(gt(two.view({1}), dev), "[gt] expected tensors on one device, got cpu and cuda:0");
+  EXPECT_AG_ERROR(mul(dev, from_vector<float>({2}, {1})), "[mul] expected tensors on one device, got cuda:99 and cpu");
+  EXPECT_AG_ERROR(gt(two.view({1}), dev), "[gt] expected tensors on one device, got cpu and cuda:99");
 }
