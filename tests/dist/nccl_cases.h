@@ -36,14 +36,28 @@ TEST(DistNccl, CollectivesOnCudaTensors) {
   ag::dist::ProcessGroup& pg = nccl_cases::group();
   const Device gpu = nccl_cases::my_gpu();
   const int r = pg.rank(), n = pg.size();
+  // Values that differ per element (integers small enough to stay exact in bfloat16 after
+  // the sum over two ranks), so that a reduction or a 16-bit copy-back into the wrong
+  // elements shows even with one rank; 16-bit types are reduced widened and in their own type.
+  std::vector<double> base(1000), want_sum(1000), want_max(1000);
+  for (size_t i = 0; i < base.size(); ++i) {
+    base[i] = double(i % 61 + 1);
+    want_sum[i] = base[i] * n * (n + 1) / 2.0;
+    want_max[i] = base[i] * n;
+  }
   for (DType dt : {kFloat32, kBFloat16, kFloat16, kInt64}) {
-    SCOPED_TRACE(dtype_name(dt));
-    Tensor s = full({1000}, r + 1.0).to(dt).to(gpu), mx = s.clone();
-    pg.all_reduce(s, dist::ReduceOp::Sum);
-    pg.all_reduce(mx, dist::ReduceOp::Max);
-    EXPECT_EQ(s.device(), gpu);
-    EXPECT_EQ(s.to(kCPU).to_vector<double>(), std::vector<double>(1000, n * (n + 1) / 2.0));
-    EXPECT_EQ(mx.to(kCPU).to_vector<double>(), std::vector<double>(1000, double(n)));
+    for (bool in_half : {false, true}) {
+      if (in_half && !is_reduced_floating(dt)) continue;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (in_half ? ", reduced in its own type" : ""));
+      Tensor s = (from_vector<double>(base, {1000}) * double(r + 1)).to(dt).to(gpu), mx = s.clone();
+      const uint64_t version = s.version();
+      pg.all_reduce(s, dist::ReduceOp::Sum, in_half);
+      pg.all_reduce(mx, dist::ReduceOp::Max, in_half);
+      EXPECT_EQ(s.device(), gpu);
+      EXPECT_GT(s.version(), version);  // written in place, a copy-back included
+      EXPECT_EQ(s.to(kCPU).to_vector<double>(), want_sum);
+      EXPECT_EQ(mx.to(kCPU).to_vector<double>(), want_max);
+    }
   }
   Tensor a = full({4}, 60000.0 - 10000.0 * r, kFloat16).to(gpu);  // in float32: no overflow
   pg.all_reduce(a, dist::ReduceOp::Avg);

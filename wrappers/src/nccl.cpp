@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -72,10 +73,23 @@ struct Communicator {
   Stream stream;
 };
 
+std::mutex g_mu;
+Communicator g_comm;
+
+// At exit, before the CUDA runtime's own teardown (registered earlier, so run later):
+// NCCL's resources (its proxy thread, device buffers, connections to the other ranks) are
+// released, after the collectives still queued finish. In an MPI build this also runs
+// before MPI_Finalize (atexit order again).
+void destroy_communicator() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_comm.comm == nullptr) return;
+  ncclCommDestroy(g_comm.comm);
+  g_comm.comm = nullptr;
+}
+
 Communicator& communicator(ProcessGroup& group, Device device, const char* op) {
-  static std::mutex mu;
-  static Communicator c;
-  std::lock_guard<std::mutex> lock(mu);
+  Communicator& c = g_comm;
+  std::lock_guard<std::mutex> lock(g_mu);
   if (c.comm != nullptr) {
     AG_CHECK(c.device == device.index, op, "this process's NCCL communicator is on cuda:", c.device,
              " (a process of the job drives one GPU), got a tensor on ", device);
@@ -96,6 +110,7 @@ Communicator& communicator(ProcessGroup& group, Device device, const char* op) {
   check_nccl(r, op, "ncclCommInitRank");
   c.device = device.index;
   c.stream = create_stream(device);
+  std::atexit(destroy_communicator);
   return c;
 }
 
