@@ -786,7 +786,8 @@ TEST(CublasLtEmu, AttributesRoundTripWithTheirSizesAndDefaults) {
 }
 
 TEST(CublasLtEmu, TheCallReadsHostScalarsAndDescriptorsWhenItIsMade) {
-  // What runs later on the stream sees alpha and the descriptors as they were at the call.
+  // What runs later on the stream sees alpha and the descriptors as they were at the call
+  // (a check with teeth where the runtime defers queued work, in its strict mode).
   const Operand a = operand(ag::kFloat32, 1, 2, 3), w = operand(ag::kFloat32, 1, 3, 2);
   const Operand out = operand(ag::kFloat32, 1, 2, 2);
   Lt lt;
@@ -803,6 +804,24 @@ TEST(CublasLtEmu, TheCallReadsHostScalarsAndDescriptorsWhenItIsMade) {
   std::vector<double> ref = ref_product(a, w);
   for (double& r : ref) r *= 2;
   EXPECT_TRUE(agt::allclose(matrices(out), as_tensor(ref, out), agt::fp32_tol(3)));
+}
+
+TEST(CublasLtEmu, DevicePointerModeReadsTheScalarsThemselves) {
+  const Operand a = operand(ag::kFloat64, 1, 3, 2), w = operand(ag::kFloat64, 1, 2, 4);
+  const Operand out = operand(ag::kFloat64, 1, 3, 4);
+  const Tensor before = matrices(out);
+  Lt lt;
+  Desc desc(CUBLAS_COMPUTE_64F, CUDA_R_64F);
+  desc.set(CUBLASLT_MATMUL_DESC_POINTER_MODE, int32_t(CUBLASLT_POINTER_MODE_DEVICE));
+  const Layout la = lt_layout(w), lb = lt_layout(a), ld = lt_layout(out);
+  static double scalars[2] = {3, 0.25};  // "device memory": alpha, beta
+  ASSERT_EQ(cublasLtMatmul(lt.h, desc.h, &scalars[0], w.ptr(), la.h, a.ptr(), lb.h, &scalars[1], out.ptr(), ld.h,
+                           out.ptr(), ld.h, nullptr, nullptr, 0, nullptr),
+            CUBLAS_STATUS_SUCCESS);
+  wait_for(nullptr);
+  std::vector<double> ref = ref_product(a, w);
+  for (size_t i = 0; i < ref.size(); ++i) ref[i] = 3 * ref[i] + 0.25 * before.data_ptr<double>()[i];
+  EXPECT_TRUE(agt::allclose(matrices(out), as_tensor(ref, out), agt::tol_for(ag::kFloat64)));
 }
 
 TEST(CublasLtEmu, StatusNames) {
