@@ -65,6 +65,11 @@ struct Conv {
   int64_t xs[4] = {}, ys[4] = {}, fs[4] = {};  // strides of x [n c h w], y [n k p q], w [k c r s]
   size_t workspace = 0;
 
+  // One past the largest element offset of x, y and the filter.
+  int64_t x_extent() const { return x_at(N - 1, C - 1, H - 1, W - 1) + 1; }
+  int64_t y_extent() const { return y_at(N - 1, K - 1, P - 1, Q - 1) + 1; }
+  int64_t w_extent() const { return K * Cg * R * S; }
+
   int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const { return n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3]; }
   int64_t y_at(int64_t n, int64_t k, int64_t p, int64_t q) const { return n * ys[0] + k * ys[1] + p * ys[2] + q * ys[3]; }
   // The weight applied at tap (r, s).
@@ -143,12 +148,17 @@ cudnnStatus_t check_conv(const cudnnTensorStruct* x, const cudnnFilterStruct* w,
   return CUDNN_STATUS_SUCCESS;
 }
 
-// The input as the products see it.
+// The elements [0, extent) of an input as the products see them (read once, in the
+// accumulation type, rounded as the math type allows).
 template <class A>
-A in(const Conv& c, const void* base, int64_t i) {
-  const A v = load<A>(base, c.elem, i);
-  if (c.arith == Arith::TF32) return A(round_tf32(float(v)));
-  if (c.arith == Arith::FP16_INPUTS) return A(round_fp16(float(v)));
+std::vector<A> inputs(const Conv& c, const void* base, int64_t extent) {
+  std::vector<A> v(static_cast<size_t>(extent));
+  for (int64_t i = 0; i < extent; ++i) {
+    const A e = load<A>(base, c.elem, i);
+    if (c.arith == Arith::TF32) v[size_t(i)] = A(round_tf32(float(e)));
+    else if (c.arith == Arith::FP16_INPUTS) v[size_t(i)] = A(round_fp16(float(e)));
+    else v[size_t(i)] = e;
+  }
   return v;
 }
 
@@ -164,7 +174,8 @@ void blend(const Conv& c, void* out, const std::vector<int64_t>& at, const std::
 
 // y[n, k, p, q] = sum over the group's channels and the taps of x * w.
 template <class A>
-void forward(const Conv& c, const void* x, const void* w, void* y, A alpha, A beta) {
+void forward(const Conv& c, const void* xp, const void* wp, void* y, A alpha, A beta) {
+  const std::vector<A> x = inputs<A>(c, xp, c.x_extent()), w = inputs<A>(c, wp, c.w_extent());
   std::vector<A> acc;
   std::vector<int64_t> at;
   for (int64_t n = 0; n < c.N; ++n)
@@ -178,7 +189,7 @@ void forward(const Conv& c, const void* x, const void* w, void* y, A alpha, A be
               for (int64_t t = 0; t < c.S; ++t) {
                 const int64_t h = p * c.u - c.pad_h + r * c.dil_h, wi = q * c.v - c.pad_w + t * c.dil_w;
                 if (h < 0 || h >= c.H || wi < 0 || wi >= c.W) continue;
-                s += in<A>(c, x, c.x_at(n, g * c.Cg + ci, h, wi)) * in<A>(c, w, c.w_at(k, ci, r, t));
+                s += x[size_t(c.x_at(n, g * c.Cg + ci, h, wi))] * w[size_t(c.w_at(k, ci, r, t))];
               }
           acc.push_back(s);
           at.push_back(c.y_at(n, k, p, q));
@@ -195,7 +206,8 @@ int64_t output_of(int64_t i, int64_t tap, int64_t stride, int64_t pad, int64_t d
 
 // dx[n, c, h, w] = sum over the outputs that read it of dy * the weight that read it.
 template <class A>
-void backward_data(const Conv& c, const void* w, const void* dy, void* dx, A alpha, A beta) {
+void backward_data(const Conv& c, const void* wp, const void* dyp, void* dx, A alpha, A beta) {
+  const std::vector<A> w = inputs<A>(c, wp, c.w_extent()), dy = inputs<A>(c, dyp, c.y_extent());
   std::vector<A> acc;
   std::vector<int64_t> at;
   for (int64_t n = 0; n < c.N; ++n)
@@ -211,7 +223,7 @@ void backward_data(const Conv& c, const void* w, const void* dy, void* dx, A alp
               for (int64_t t = 0; t < c.S; ++t) {
                 const int64_t q = output_of(wi, t, c.v, c.pad_w, c.dil_w, c.Q);
                 if (q < 0) continue;
-                s += in<A>(c, dy, c.y_at(n, k, p, q)) * in<A>(c, w, c.w_at(k, ci, r, t));
+                s += dy[size_t(c.y_at(n, k, p, q))] * w[size_t(c.w_at(k, ci, r, t))];
               }
             }
           acc.push_back(s);
@@ -222,7 +234,8 @@ void backward_data(const Conv& c, const void* w, const void* dy, void* dx, A alp
 
 // dw at tap (r, s) of [k, c] = sum over the batch and the outputs of dy * the input read.
 template <class A>
-void backward_filter(const Conv& c, const void* x, const void* dy, void* dw, A alpha, A beta) {
+void backward_filter(const Conv& c, const void* xp, const void* dyp, void* dw, A alpha, A beta) {
+  const std::vector<A> x = inputs<A>(c, xp, c.x_extent()), dy = inputs<A>(c, dyp, c.y_extent());
   std::vector<A> acc;
   std::vector<int64_t> at;
   for (int64_t k = 0; k < c.K; ++k)
@@ -236,7 +249,7 @@ void backward_filter(const Conv& c, const void* x, const void* dy, void* dw, A a
               for (int64_t q = 0; q < c.Q; ++q) {
                 const int64_t h = p * c.u - c.pad_h + r * c.dil_h, wi = q * c.v - c.pad_w + t * c.dil_w;
                 if (h < 0 || h >= c.H || wi < 0 || wi >= c.W) continue;
-                s += in<A>(c, dy, c.y_at(n, k, p, q)) * in<A>(c, x, c.x_at(n, g * c.Cg + ci, h, wi));
+                s += dy[size_t(c.y_at(n, k, p, q))] * x[size_t(c.x_at(n, g * c.Cg + ci, h, wi))];
               }
           acc.push_back(s);
           at.push_back(c.w_at(k, ci, r, t));
