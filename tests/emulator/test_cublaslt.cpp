@@ -124,7 +124,8 @@ Operand operand(ag::DType dt, int64_t batch, int64_t rows, int64_t cols, bool tr
 Layout lt_layout(const Operand& o) {
   Layout l(lt_type(o.dtype()), uint64_t(o.transposed ? o.rows : o.cols), uint64_t(o.transposed ? o.cols : o.rows),
            o.ld);
-  if (o.batch > 1) l.set(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(o.batch)).set(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, o.bs);
+  if (o.batch > 1)
+    l.set(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(o.batch)).set(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, o.bs);
   return l;
 }
 int32_t lt_op(const Operand& o) { return o.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
@@ -196,7 +197,8 @@ cublasStatus_t gemm(const Operand& a, const Operand& w, const Operand& out, cons
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, lt_op(w)).set(CUBLASLT_MATMUL_DESC_TRANSB, lt_op(a));
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, c.epilogue);
   if (c.bias) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
-  if (c.aux) desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux).set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
+  if (c.aux)
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux).set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.aux_ld);
   const Layout la = lt_layout(w), lb = lt_layout(a), ld = lt_layout(out);
   Pref pref;
   cublasLtMatmulHeuristicResult_t result{};
@@ -220,7 +222,7 @@ struct Types {
   ag::DType in, out;
 };
 // The dtype pairs blas.cu asks for: each dtype to itself, and the 16-bit ones to float32.
-const Types kTypes[] = {{ag::kFloat32, ag::kFloat32}, {ag::kFloat64, ag::kFloat64}, {ag::kFloat16, ag::kFloat16},
+const Types kTypes[] = {{ag::kFloat32, ag::kFloat32}, {ag::kFloat64, ag::kFloat64},   {ag::kFloat16, ag::kFloat16},
                         {ag::kFloat16, ag::kFloat32}, {ag::kBFloat16, ag::kBFloat16}, {ag::kBFloat16, ag::kFloat32}};
 
 std::string name(Types t) { return std::string(ag::dtype_name(t.in)) + "->" + ag::dtype_name(t.out); }
@@ -402,9 +404,9 @@ double relu(double v) { return v < 0 ? 0 : v; }
 TEST(CublasLtEmu, ActivationEpiloguesAndWhatTheyKeep) {
   const int64_t M = 5, K = 4, N = 16, mask_ld = 128;
   for (const ag::DType dt : {ag::kFloat32, ag::kFloat16, ag::kBFloat16}) {
-    for (const uint32_t e :
-         {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_RELU_AUX, CUBLASLT_EPILOGUE_RELU_AUX_BIAS,
-          CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}) {
+    for (const uint32_t e : {CUBLASLT_EPILOGUE_RELU, CUBLASLT_EPILOGUE_RELU_BIAS, CUBLASLT_EPILOGUE_RELU_AUX,
+                             CUBLASLT_EPILOGUE_RELU_AUX_BIAS, CUBLASLT_EPILOGUE_GELU, CUBLASLT_EPILOGUE_GELU_BIAS,
+                             CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS}) {
       SCOPED_TRACE(std::string(ag::dtype_name(dt)) + " epilogue " + std::to_string(e));
       const bool relu_kind = (e & CUBLASLT_EPILOGUE_RELU) != 0, with_bias = (e & CUBLASLT_EPILOGUE_BIAS) != 0;
       const bool keeps = (e & 128) != 0;
@@ -432,7 +434,7 @@ TEST(CublasLtEmu, ActivationEpiloguesAndWhatTheyKeep) {
         for (int64_t m = 0; m < M; ++m)
           for (int64_t n = 0; n < N; ++n) {
             const double v = pre[size_t(m * N + n)];
-            if (std::abs(v) < 1e-2) continue;  // a sign rounding may flip
+            if (std::abs(v) < 1e-2) continue;     // a sign rounding may flip
             const int64_t bit = m * mask_ld + n;  // column m of D^T, row n
             EXPECT_EQ((mask[bit / 8] >> (bit % 8)) & 1, v > 0 ? 1 : 0) << "m " << m << " n " << n;
           }
@@ -524,17 +526,16 @@ Refusal try_problem(cublasComputeType_t ct, cudaDataType scale, cudaDataType ab,
   desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<const void*>(aux));
   const double one = 1, zero = 0;
   out.matmul = cublasLtMatmul(lt.h, desc.h, &one, a, la.h, b, lb.h, &zero, d, ld.h, d, ld.h,
-                              out.heuristic == CUBLAS_STATUS_SUCCESS ? &r.algo : nullptr, ws, workspace_bytes,
-                              nullptr);
+                              out.heuristic == CUBLAS_STATUS_SUCCESS ? &r.algo : nullptr, ws, workspace_bytes, nullptr);
   wait_for(nullptr);
   return out;
 }
 
-#define EXPECT_REFUSED(status, ...)                 \
-  do {                                             \
-    const Refusal r_ = try_problem(__VA_ARGS__);   \
-    EXPECT_EQ(r_.heuristic, status);               \
-    EXPECT_EQ(r_.matmul, status);                  \
+#define EXPECT_REFUSED(status, ...)              \
+  do {                                           \
+    const Refusal r_ = try_problem(__VA_ARGS__); \
+    EXPECT_EQ(r_.heuristic, status);             \
+    EXPECT_EQ(r_.matmul, status);                \
   } while (0)
 
 TEST(CublasLtEmu, TypeCombinationsOutsideNvidiasTableAreNotSupported) {
@@ -556,9 +557,7 @@ TEST(CublasLtEmu, TypeCombinationsOutsideNvidiasTableAreNotSupported) {
   EXPECT_REFUSED(CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_16F, CUDA_R_32F, CUDA_R_32F);
   // A and B of two types.
   EXPECT_REFUSED(CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16F, CUDA_R_32F,
-                 [](Desc&, Layout&, Layout& b, Layout&) {
-                   b.set(CUBLASLT_MATRIX_LAYOUT_TYPE, uint32_t(CUDA_R_16BF));
-                 });
+                 [](Desc&, Layout&, Layout& b, Layout&) { b.set(CUBLASLT_MATRIX_LAYOUT_TYPE, uint32_t(CUDA_R_16BF)); });
   // Half accumulation, integer products: in NVIDIA's table, not emulated.
   EXPECT_REFUSED(CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_COMPUTE_16F, CUDA_R_16F, CUDA_R_16F, CUDA_R_16F);
   EXPECT_REFUSED(CUBLAS_STATUS_NOT_SUPPORTED, CUBLAS_COMPUTE_32I, CUDA_R_32I, CUDA_R_8I, CUDA_R_32I);
@@ -631,7 +630,8 @@ TEST(CublasLtEmu, MalformedProblemsAreInvalidValues) {
   EXPECT_REFUSED(CUBLAS_STATUS_INVALID_VALUE, CUBLAS_COMPUTE_32F, f32, f32, f32,
                  [](Desc& s, Layout&, Layout&, Layout&) { s.set(CUBLASLT_MATMUL_DESC_TRANSA, int32_t(7)); });
   // The workspace: smaller than the algorithm's, or not 256-byte aligned.
-  EXPECT_EQ(try_problem(CUBLAS_COMPUTE_32F, f32, f32, f32, {}, kWorkspaceBytes - 1).matmul, CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(try_problem(CUBLAS_COMPUTE_32F, f32, f32, f32, {}, kWorkspaceBytes - 1).matmul,
+            CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(try_problem(CUBLAS_COMPUTE_32F, f32, f32, f32, {}, kWorkspaceBytes - 64,
                         static_cast<unsigned char*>(workspace()) + 64)
                 .matmul,
@@ -661,9 +661,9 @@ TEST(CublasLtEmu, CallArgumentsAreChecked) {
   // heuristic did not give; an algorithm given for another configuration.
   EXPECT_EQ(cublasLtMatmul(lt.h, desc.h, nullptr, a, l.h, b, l.h, &zero, d, l.h, d, l.h, &r.algo, nullptr, 0, nullptr),
             CUBLAS_STATUS_INVALID_VALUE);
-  EXPECT_EQ(cublasLtMatmul(lt.h, desc.h, &one, nullptr, l.h, b, l.h, &zero, d, l.h, d, l.h, &r.algo, nullptr, 0,
-                           nullptr),
-            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(
+      cublasLtMatmul(lt.h, desc.h, &one, nullptr, l.h, b, l.h, &zero, d, l.h, d, l.h, &r.algo, nullptr, 0, nullptr),
+      CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(cublasLtMatmul(lt.h, desc.h, &one, a, l.h, b, l.h, &zero, d, other.h, d, l.h, &r.algo, nullptr, 0, nullptr),
             CUBLAS_STATUS_INVALID_VALUE);
   cublasLtMatmulAlgo_t blank{};
@@ -775,10 +775,11 @@ TEST(CublasLtEmu, AttributesRoundTripWithTheirSizesAndDefaults) {
   ASSERT_EQ(cublasLtMatmulPreferenceCreate(&pref), CUBLAS_STATUS_SUCCESS);
   uint64_t ws = 1;
   uint32_t align = 0;
-  EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws, nullptr),
-            CUBLAS_STATUS_SUCCESS);
-  EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align,
-                                                 sizeof align, nullptr),
+  EXPECT_EQ(
+      cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws, nullptr),
+      CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(cublasLtMatmulPreferenceGetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof align,
+                                                 nullptr),
             CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(ws, 0u);
   EXPECT_EQ(align, 256u);
@@ -795,8 +796,8 @@ TEST(CublasLtEmu, TheCallReadsHostScalarsAndDescriptorsWhenItIsMade) {
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, lt_op(w)).set(CUBLASLT_MATMUL_DESC_TRANSB, lt_op(a));
   const Layout la = lt_layout(w), lb = lt_layout(a), ld = lt_layout(out);
   float alpha = 2, beta = 0;
-  ASSERT_EQ(cublasLtMatmul(lt.h, desc.h, &alpha, w.ptr(), la.h, a.ptr(), lb.h, &beta, out.ptr(), ld.h, out.ptr(),
-                           ld.h, nullptr, nullptr, 0, nullptr),
+  ASSERT_EQ(cublasLtMatmul(lt.h, desc.h, &alpha, w.ptr(), la.h, a.ptr(), lb.h, &beta, out.ptr(), ld.h, out.ptr(), ld.h,
+                           nullptr, nullptr, 0, nullptr),
             CUBLAS_STATUS_SUCCESS);
   alpha = 100;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T));

@@ -109,7 +109,9 @@ Data data(const Case& c, ag::DType dt) {
 Tensor reference(const Case& c, Dir d, const Data& in, const Tensor& out_before, double alpha, double beta,
                  bool flip = false, const std::function<double(double)>& round = {}) {
   const Tensor x = in.x.to(ag::kFloat64), w = in.w.to(ag::kFloat64), y = in.y.to(ag::kFloat64);
-  auto val = [&](const Tensor& t, int64_t i) { return round ? round(t.data_ptr<double>()[i]) : t.data_ptr<double>()[i]; };
+  auto val = [&](const Tensor& t, int64_t i) {
+    return round ? round(t.data_ptr<double>()[i]) : t.data_ptr<double>()[i];
+  };
   Tensor sums = ag::zeros(out_before.sizes().vec(), ag::kFloat64);
   double* s = sums.data_ptr<double>();
   each_product(c, flip, [&](int64_t xi, int64_t wi, int64_t yi) {
@@ -118,7 +120,8 @@ Tensor reference(const Case& c, Dir d, const Data& in, const Tensor& out_before,
     if (d == Dir::BackwardFilter) s[wi] += val(y, yi) * val(x, xi);
   });
   const Tensor before = out_before.to(ag::kFloat64);
-  for (int64_t i = 0; i < sums.numel(); ++i) s[i] = alpha * s[i] + (beta != 0 ? beta * before.data_ptr<double>()[i] : 0);
+  for (int64_t i = 0; i < sums.numel(); ++i)
+    s[i] = alpha * s[i] + (beta != 0 ? beta * before.data_ptr<double>()[i] : 0);
   return sums;
 }
 
@@ -170,8 +173,8 @@ cudnnStatus_t run(const Case& c, Dir d, Data& io, const ConvOptions& set) {
   switch (d) {
     case Dir::Forward: {
       cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-      st = cudnnGetConvolutionForwardAlgorithm_v7(dnn.h, x.h, w.h, conv.h, y.h, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &found,
-                                                  perf);
+      st = cudnnGetConvolutionForwardAlgorithm_v7(dnn.h, x.h, w.h, conv.h, y.h, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                  &found, perf);
       if (st || (st = perf[0].status)) return st;
       if ((st = cudnnGetConvolutionForwardWorkspaceSize(dnn.h, x.h, w.h, conv.h, y.h, perf[0].algo, &bytes))) return st;
       EXPECT_EQ(bytes, perf[0].memory);
@@ -318,7 +321,8 @@ TEST(CudnnEmu, Float32MathTypes) {
     ConvOptions set;
     set.math = CUDNN_DEFAULT_MATH;
     ASSERT_EQ(run(c, d, io, set), CUDNN_STATUS_SUCCESS);
-    EXPECT_TRUE(agt::allclose(io.out(d), reference(c, d, io, before, 1, 0, false, tf32), tol(ag::kFloat32, terms(c, d))));
+    EXPECT_TRUE(
+        agt::allclose(io.out(d), reference(c, d, io, before, 1, 0, false, tf32), tol(ag::kFloat32, terms(c, d))));
     EXPECT_FALSE(agt::allclose(io.out(d), reference(c, d, io, before, 1, 0), tol(ag::kFloat32, terms(c, d))));
   }
 }
@@ -368,9 +372,9 @@ TEST(CudnnEmu, StridedTensorsAndNhwcFilters) {
   ASSERT_EQ(cudnnSetTensor4dDescriptorEx(x.h, CUDNN_DATA_FLOAT, int(c.N), int(c.C), int(c.H), int(c.W), int(ns),
                                          int(cs), int(hs), 1),
             CUDNN_STATUS_SUCCESS);
-  ASSERT_EQ(cudnnSetFilter4dDescriptor(w.h, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, int(c.K), int(c.Cg()), int(c.R),
-                                       int(c.S)),
-            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(
+      cudnnSetFilter4dDescriptor(w.h, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, int(c.K), int(c.Cg()), int(c.R), int(c.S)),
+      CUDNN_STATUS_SUCCESS);
   ASSERT_EQ(cudnnSetConvolution2dDescriptor(conv.h, int(c.pad_h), int(c.pad_w), int(c.u), int(c.v), int(c.dil_h),
                                             int(c.dil_w), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
             CUDNN_STATUS_SUCCESS);
@@ -387,12 +391,13 @@ TEST(CudnnEmu, StridedTensorsAndNhwcFilters) {
   std::vector<unsigned char> ws(bytes);
   const float one = 1, zero = 0;
   Tensor out = ag::zeros({c.N, c.K, c.P(), c.Q()}, ag::kFloat32);
-  ASSERT_EQ(cudnnConvolutionForward(dnn.h, &one, x.h, xs.raw_data(), w.h, wk.raw_data(), conv.h,
-                                    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.data(), bytes, &zero, y.h,
-                                    out.raw_data()),
-            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(
+      cudnnConvolutionForward(dnn.h, &one, x.h, xs.raw_data(), w.h, wk.raw_data(), conv.h,
+                              CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.data(), bytes, &zero, y.h, out.raw_data()),
+      CUDNN_STATUS_SUCCESS);
   wait_for(nullptr);
-  EXPECT_TRUE(agt::allclose(out, reference(c, Dir::Forward, packed, before, 1, 0), tol(ag::kFloat32, terms(c, Dir::Forward))));
+  EXPECT_TRUE(
+      agt::allclose(out, reference(c, Dir::Forward, packed, before, 1, 0), tol(ag::kFloat32, terms(c, Dir::Forward))));
 
   cudnnDataType_t t{};
   int d[8] = {};
@@ -411,9 +416,12 @@ struct Described {
   FilterDesc w;
   ConvDesc conv;
   explicit Described(const Case& c, cudnnDataType_t t = CUDNN_DATA_FLOAT, cudnnDataType_t compute = CUDNN_DATA_FLOAT) {
-    EXPECT_EQ(cudnnSetTensor4dDescriptor(x.h, CUDNN_TENSOR_NCHW, t, int(c.N), int(c.C), int(c.H), int(c.W)), CUDNN_STATUS_SUCCESS);
-    EXPECT_EQ(cudnnSetTensor4dDescriptor(y.h, CUDNN_TENSOR_NCHW, t, int(c.N), int(c.K), int(c.P()), int(c.Q())), CUDNN_STATUS_SUCCESS);
-    EXPECT_EQ(cudnnSetFilter4dDescriptor(w.h, t, CUDNN_TENSOR_NCHW, int(c.K), int(c.Cg()), int(c.R), int(c.S)), CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(cudnnSetTensor4dDescriptor(x.h, CUDNN_TENSOR_NCHW, t, int(c.N), int(c.C), int(c.H), int(c.W)),
+              CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(cudnnSetTensor4dDescriptor(y.h, CUDNN_TENSOR_NCHW, t, int(c.N), int(c.K), int(c.P()), int(c.Q())),
+              CUDNN_STATUS_SUCCESS);
+    EXPECT_EQ(cudnnSetFilter4dDescriptor(w.h, t, CUDNN_TENSOR_NCHW, int(c.K), int(c.Cg()), int(c.R), int(c.S)),
+              CUDNN_STATUS_SUCCESS);
     EXPECT_EQ(cudnnSetConvolution2dDescriptor(conv.h, int(c.pad_h), int(c.pad_w), int(c.u), int(c.v), int(c.dil_h),
                                               int(c.dil_w), CUDNN_CROSS_CORRELATION, compute),
               CUDNN_STATUS_SUCCESS);
@@ -455,8 +463,9 @@ TEST(CudnnEmu, AlgorithmQueriesOfferOneAlgorithmAndItsWorkspace) {
   EXPECT_EQ(perf[0].mathType, CUDNN_TENSOR_OP_MATH);  // the math it was ranked for: the descriptor's
   EXPECT_EQ(perf[0].determinism, CUDNN_DETERMINISTIC);
   size_t bytes = 0;
-  ASSERT_EQ(cudnnGetConvolutionBackwardFilterWorkspaceSize(s.dnn.h, s.x.h, s.y.h, s.conv.h, s.w.h, perf[0].algo, &bytes),
-            CUDNN_STATUS_SUCCESS);
+  ASSERT_EQ(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(s.dnn.h, s.x.h, s.y.h, s.conv.h, s.w.h, perf[0].algo, &bytes),
+      CUDNN_STATUS_SUCCESS);
   EXPECT_EQ(bytes, perf[0].memory);
   EXPECT_GT(bytes, 0u);
   EXPECT_EQ(cudnnGetConvolutionForwardAlgorithm_v7(s.dnn.h, s.x.h, s.w.h, s.conv.h, s.y.h, 0, &found, nullptr),
@@ -482,10 +491,10 @@ TEST(CudnnEmu, AlgorithmQueriesOfferOneAlgorithmAndItsWorkspace) {
                                     cudnnConvolutionFwdAlgo_t(CUDNN_CONVOLUTION_FWD_ALGO_COUNT), ws.data(), bytes,
                                     &zero, s.y.h, y.data()),
             CUDNN_STATUS_BAD_PARAM);
-  EXPECT_EQ(cudnnConvolutionForward(s.dnn.h, &one, s.x.h, x.data(), s.w.h, w.data(), s.conv.h,
-                                    CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.data(), bytes, nullptr, s.y.h,
-                                    y.data()),
-            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(
+      cudnnConvolutionForward(s.dnn.h, &one, s.x.h, x.data(), s.w.h, w.data(), s.conv.h,
+                              CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.data(), bytes, nullptr, s.y.h, y.data()),
+      CUDNN_STATUS_BAD_PARAM);
   EXPECT_EQ(cudnnConvolutionForward(nullptr, &one, s.x.h, x.data(), s.w.h, w.data(), s.conv.h,
                                     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws.data(), bytes, &zero, s.y.h, y.data()),
             CUDNN_STATUS_BAD_PARAM);

@@ -190,11 +190,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 /// D = epilogue(alpha * op(A) op(B) + beta * C), column-major unless a layout says ROW,
 /// queued on `stream`. C may be D (with the same layout).
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
-                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
-                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
-                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes,
-                              cudaStream_t stream);
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream);
 
 #if defined(__cplusplus)
 }

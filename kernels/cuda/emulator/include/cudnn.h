@@ -212,13 +212,10 @@ cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, cons
                                                       cudnnConvolutionFwdAlgo_t algo, size_t* sizeInBytes);
 
 cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithmMaxCount(cudnnHandle_t handle, int* count);
-cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle,
-                                                          const cudnnFilterDescriptor_t filterDesc,
-                                                          const cudnnTensorDescriptor_t diffDesc,
-                                                          const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t gradDesc,
-                                                          const int requestedAlgoCount, int* returnedAlgoCount,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t* perfResults);
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    int* returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t* perfResults);
 cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
                                                            const cudnnTensorDescriptor_t dyDesc,
                                                            const cudnnConvolutionDescriptor_t convDesc,
@@ -226,8 +223,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataWorkspaceSize(cudnnHandle_t handle,
                                                            cudnnConvolutionBwdDataAlgo_t algo, size_t* sizeInBytes);
 
 cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(cudnnHandle_t handle, int* count);
-cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle,
-                                                            const cudnnTensorDescriptor_t srcDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
                                                             const cudnnTensorDescriptor_t diffDesc,
                                                             const cudnnConvolutionDescriptor_t convDesc,
                                                             const cudnnFilterDescriptor_t gradDesc,
@@ -237,8 +233,7 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHandle_t handl
                                                              const cudnnTensorDescriptor_t dyDesc,
                                                              const cudnnConvolutionDescriptor_t convDesc,
                                                              const cudnnFilterDescriptor_t gradDesc,
-                                                             cudnnConvolutionBwdFilterAlgo_t algo,
-                                                             size_t* sizeInBytes);
+                                                             cudnnConvolutionBwdFilterAlgo_t algo, size_t* sizeInBytes);
 
 // ---- the convolutions: output = alpha * op(inputs) + beta * output ------------------------------------
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, const cudnnTensorDescriptor_t xDesc,

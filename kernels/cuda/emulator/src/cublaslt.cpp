@@ -188,7 +188,8 @@ bool same_layout(const Layout& x, const Layout& y) {
 // The order and leading dimension of one layout; ld 0 is allowed where `broadcast`
 // (an out-of-place C).
 cublasStatus_t check_layout(const Layout& l, bool broadcast) {
-  if (l.order == CUBLASLT_ORDER_COL32 || l.order == CUBLASLT_ORDER_COL4_4R2_8C || l.order == CUBLASLT_ORDER_COL32_2R_4R4)
+  if (l.order == CUBLASLT_ORDER_COL32 || l.order == CUBLASLT_ORDER_COL4_4R2_8C ||
+      l.order == CUBLASLT_ORDER_COL32_2R_4R4)
     return CUBLAS_STATUS_NOT_SUPPORTED;  // the integer kernels' orders
   if (l.order != CUBLASLT_ORDER_COL && l.order != CUBLASLT_ORDER_ROW) return CUBLAS_STATUS_INVALID_VALUE;
   if (l.batch < 1 || l.ld < 0) return CUBLAS_STATUS_INVALID_VALUE;
@@ -214,12 +215,12 @@ cublasStatus_t check_types(int32_t compute, int32_t scale, uint32_t ab, uint32_t
     case CUBLAS_COMPUTE_32F_FAST_TF32:
       math = Math::TF32;
       return scale == CUDA_R_32F && ab == CUDA_R_32F && cd == CUDA_R_32F ? CUBLAS_STATUS_SUCCESS
-                                                                          : CUBLAS_STATUS_NOT_SUPPORTED;
+                                                                         : CUBLAS_STATUS_NOT_SUPPORTED;
     case CUBLAS_COMPUTE_64F:
     case CUBLAS_COMPUTE_64F_PEDANTIC:
       math = Math::F64;
       return scale == CUDA_R_64F && ab == CUDA_R_64F && cd == CUDA_R_64F ? CUBLAS_STATUS_SUCCESS
-                                                                          : CUBLAS_STATUS_NOT_SUPPORTED;
+                                                                         : CUBLAS_STATUS_NOT_SUPPORTED;
   }
   return CUBLAS_STATUS_NOT_SUPPORTED;  // 16F, 32I, FAST_16F/16BF: not emulated
 }
@@ -260,8 +261,8 @@ cublasStatus_t check_problem(const Desc& desc, const Layout* A, const Layout* B,
     return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   const bool out_of_place_c = C && !same_layout(*C, *D);
-  if ((st = check_layout(p.a, false)) || (st = check_layout(p.b, false)) ||
-      (st = check_layout(p.c, out_of_place_c)) || (st = check_layout(p.d, false)))
+  if ((st = check_layout(p.a, false)) || (st = check_layout(p.b, false)) || (st = check_layout(p.c, out_of_place_c)) ||
+      (st = check_layout(p.d, false)))
     return st;
   // C and D: one type, shape, batch and order (C's leading dimension may differ).
   if (p.c.type != p.d.type || p.c.rows != p.d.rows || p.c.cols != p.d.cols || p.c.batch != p.d.batch ||
@@ -348,9 +349,7 @@ S dgelu(S x) {
   return S(0.5) * (S(1) + t) + S(0.5) * x * (S(1) - t * t) * c * (S(1) + S(3) * a * x * x);
 }
 
-bool mask_bit(const void* mask, int64_t bit) {
-  return (static_cast<const uint8_t*>(mask)[bit / 8] >> (bit % 8)) & 1;
-}
+bool mask_bit(const void* mask, int64_t bit) { return (static_cast<const uint8_t*>(mask)[bit / 8] >> (bit % 8)) & 1; }
 void set_mask_bit(void* mask, int64_t bit, bool on) {
   uint8_t& byte = static_cast<uint8_t*>(mask)[bit / 8];
   const uint8_t m = uint8_t(1u << (bit % 8));
@@ -578,11 +577,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 
 // ---- the product ---------------------------------------------------------------------------------------
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
-                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
-                              cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
-                              cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes,
-                              cudaStream_t stream) {
+                              const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc,
+                              const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, void* workspace,
+                              size_t workspaceSizeInBytes, cudaStream_t stream) {
   if (!valid_handle(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!computeDesc || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
   auto layout = [](cublasLtMatrixLayout_t l) { return l ? &state<Layout>(l) : nullptr; };
@@ -615,8 +613,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   // Every pointer holds whole elements, at least as aligned as the algorithm relies on;
   // on the GPU a pointer that is not is a misaligned-address fault.
   const uint32_t bias_type = p.desc.bias_type == -1 ? p.d.type : uint32_t(p.desc.bias_type);
-  const void* const operands[6] = {A, B, beta_zero ? nullptr : C, D, needs_bias ? p.desc.bias : nullptr,
-                                    needs_aux && (e & (kGelu | kDGelu)) ? p.desc.aux : nullptr};
+  const void* const operands[6] = {A,
+                                   B,
+                                   beta_zero ? nullptr : C,
+                                   D,
+                                   needs_bias ? p.desc.bias : nullptr,
+                                   needs_aux && (e & (kGelu | kDGelu)) ? p.desc.aux : nullptr};
   const uint32_t types[6] = {p.a.type, p.b.type, p.c.type, p.d.type, bias_type, p.d.type};
   for (int i = 0; i < 6; ++i) {
     if (!operands[i]) continue;

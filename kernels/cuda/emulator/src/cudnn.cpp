@@ -61,7 +61,7 @@ struct Conv {
   int64_t P = 0, Q = 0;                // y's height and width
   int64_t G = 1, Cg = 0, Kg = 0;       // groups, input and output channels per group
   int64_t pad_h = 0, pad_w = 0, u = 1, v = 1, dil_h = 1, dil_w = 1;
-  bool flip = false;                   // CUDNN_CONVOLUTION: the filter is applied reversed
+  bool flip = false;                           // CUDNN_CONVOLUTION: the filter is applied reversed
   int64_t xs[4] = {}, ys[4] = {}, fs[4] = {};  // strides of x [n c h w], y [n k p q], w [k c r s]
   size_t workspace = 0;
 
@@ -70,8 +70,12 @@ struct Conv {
   int64_t y_extent() const { return y_at(N - 1, K - 1, P - 1, Q - 1) + 1; }
   int64_t w_extent() const { return K * Cg * R * S; }
 
-  int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const { return n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3]; }
-  int64_t y_at(int64_t n, int64_t k, int64_t p, int64_t q) const { return n * ys[0] + k * ys[1] + p * ys[2] + q * ys[3]; }
+  int64_t x_at(int64_t n, int64_t c, int64_t h, int64_t w) const {
+    return n * xs[0] + c * xs[1] + h * xs[2] + w * xs[3];
+  }
+  int64_t y_at(int64_t n, int64_t k, int64_t p, int64_t q) const {
+    return n * ys[0] + k * ys[1] + p * ys[2] + q * ys[3];
+  }
   // The weight applied at tap (r, s).
   int64_t w_at(int64_t k, int64_t c, int64_t r, int64_t s) const {
     if (flip) r = R - 1 - r, s = S - 1 - s;
@@ -89,11 +93,11 @@ cudnnStatus_t configuration(cudnnDataType_t data, cudnnDataType_t compute, cudnn
       c.elem = Elem::F32;
       // FMA math computes in float; the default and tensor-op math allow TF32 tensor
       // cores (Ampere and later); ALLOW_CONVERSION allows converting the data to float16.
-      c.arith = math == CUDNN_FMA_MATH ? Arith::F32
+      c.arith = math == CUDNN_FMA_MATH                          ? Arith::F32
                 : math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? Arith::FP16_INPUTS
                                                                 : Arith::TF32;
       return CUDNN_STATUS_SUCCESS;
-    case CUDNN_DATA_HALF:  // PSEUDO_HALF_CONFIG
+    case CUDNN_DATA_HALF:      // PSEUDO_HALF_CONFIG
     case CUDNN_DATA_BFLOAT16:  // PSEUDO_BFLOAT16_CONFIG
       if (compute != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED;
       c.elem = data == CUDNN_DATA_HALF ? Elem::F16 : Elem::BF16;
@@ -155,9 +159,12 @@ std::vector<A> inputs(const Conv& c, const void* base, int64_t extent) {
   std::vector<A> v(static_cast<size_t>(extent));
   for (int64_t i = 0; i < extent; ++i) {
     const A e = load<A>(base, c.elem, i);
-    if (c.arith == Arith::TF32) v[size_t(i)] = A(round_tf32(float(e)));
-    else if (c.arith == Arith::FP16_INPUTS) v[size_t(i)] = A(round_fp16(float(e)));
-    else v[size_t(i)] = e;
+    if (c.arith == Arith::TF32)
+      v[size_t(i)] = A(round_tf32(float(e)));
+    else if (c.arith == Arith::FP16_INPUTS)
+      v[size_t(i)] = A(round_fp16(float(e)));
+    else
+      v[size_t(i)] = e;
   }
   return v;
 }
@@ -522,7 +529,8 @@ cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(const cudnnConvolutionDescri
                                                     int* n, int* c, int* h, int* wo) {
   if (!cv || !x || !w || !cv->set || !x->set || !w->set || !n || !c || !h || !wo) return CUDNN_STATUS_BAD_PARAM;
   if (x->c % cv->groups != 0 || w->c * cv->groups != x->c) return CUDNN_STATUS_BAD_PARAM;
-  const int64_t p = out_size(x->h, cv->pad_h, w->h, cv->dil_h, cv->u), q = out_size(x->w, cv->pad_w, w->w, cv->dil_w, cv->v);
+  const int64_t p = out_size(x->h, cv->pad_h, w->h, cv->dil_h, cv->u),
+                q = out_size(x->w, cv->pad_w, w->w, cv->dil_w, cv->v);
   if (p < 0 || q < 0) return CUDNN_STATUS_BAD_PARAM;
   *n = x->n, *c = w->k, *h = int(p), *wo = int(q);
   return CUDNN_STATUS_SUCCESS;
@@ -556,20 +564,16 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t handle, const
   return rank(handle, st, c, convDesc ? convDesc->math : CUDNN_DEFAULT_MATH,
               CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, requestedAlgoCount, returnedAlgoCount, perfResults);
 }
-cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnnHandle_t handle,
-                                                          const cudnnFilterDescriptor_t filterDesc,
-                                                          const cudnnTensorDescriptor_t diffDesc,
-                                                          const cudnnConvolutionDescriptor_t convDesc,
-                                                          const cudnnTensorDescriptor_t gradDesc,
-                                                          const int requestedAlgoCount, int* returnedAlgoCount,
-                                                          cudnnConvolutionBwdDataAlgoPerf_t* perfResults) {
+cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
+    cudnnHandle_t handle, const cudnnFilterDescriptor_t filterDesc, const cudnnTensorDescriptor_t diffDesc,
+    const cudnnConvolutionDescriptor_t convDesc, const cudnnTensorDescriptor_t gradDesc, const int requestedAlgoCount,
+    int* returnedAlgoCount, cudnnConvolutionBwdDataAlgoPerf_t* perfResults) {
   Conv c;
   const cudnnStatus_t st = check_conv(gradDesc, filterDesc, convDesc, diffDesc, c);
   return rank(handle, st, c, convDesc ? convDesc->math : CUDNN_DEFAULT_MATH, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
               requestedAlgoCount, returnedAlgoCount, perfResults);
 }
-cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle,
-                                                            const cudnnTensorDescriptor_t srcDesc,
+cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle, const cudnnTensorDescriptor_t srcDesc,
                                                             const cudnnTensorDescriptor_t diffDesc,
                                                             const cudnnConvolutionDescriptor_t convDesc,
                                                             const cudnnFilterDescriptor_t gradDesc,
@@ -618,8 +622,9 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void* alpha, c
                                       const cudnnTensorDescriptor_t yDesc, void* y) {
   Conv c;
   const cudnnStatus_t st = check_conv(xDesc, wDesc, convDesc, yDesc, c);
-  return launch(handle, st, check_fwd_algo(algo), c, alpha, beta, x, w, y, workSpace, workSpaceSizeInBytes,
-                [](const Conv& c, const void* x, const void* w, void* y, auto a, auto b) { forward(c, x, w, y, a, b); });
+  return launch(
+      handle, st, check_fwd_algo(algo), c, alpha, beta, x, w, y, workSpace, workSpaceSizeInBytes,
+      [](const Conv& c, const void* x, const void* w, void* y, auto a, auto b) { forward(c, x, w, y, a, b); });
 }
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t handle, const void* alpha, const cudnnFilterDescriptor_t wDesc,
                                            const void* w, const cudnnTensorDescriptor_t dyDesc, const void* dy,
