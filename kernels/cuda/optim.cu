@@ -228,7 +228,7 @@ void advance_all(const OptimizerLists& l, const float* found_inf, cudaStream_t s
   for (size_t k = 0; k < l.steps.size(); ++k) {
     s.step[s.n++] = static_cast<int64_t*>(l.steps[k].raw_data());
     if (s.n == kMaxTensors || k + 1 == l.steps.size()) {
-      advance_steps<<<1, kMaxTensors, 0, stream>>>(s, found_inf);
+      launch(advance_steps, 1, kMaxTensors, 0, stream, s, found_inf);
       check_launch(op, dev);
       s.n = 0;
     }
@@ -297,7 +297,7 @@ void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
         }
       },
       [&]<class D>(const TensorChunks<4>& m, int blocks, cudaStream_t stream) {
-        sgd_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+        launch(sgd_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
 
@@ -320,7 +320,7 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
         }
       },
       [&]<class D>(const TensorChunks<5>& m, int blocks, cudaStream_t stream) {
-        adam_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+        launch(adam_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
 
@@ -430,7 +430,7 @@ void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, co
     for_each_pack<1>(
         idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
-          scale_check_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, f, const_cast<float*>(flag));
+          launch(scale_check_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, f, const_cast<float*>(flag));
           check_launch(kOp, dev.index);
         });
   });
@@ -458,12 +458,12 @@ void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
     for_each_pack<1>(
         idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
-          square_sum_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, part, filled);
+          launch(square_sum_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, part, filled);
           check_launch(kOp, dev.index);
           filled += blocks;
         });
   });
-  sum_partials<<<1, kOptThreads, 0, stream>>>(part, filled, static_cast<float*>(out.raw_data()));
+  launch(sum_partials, 1, kOptThreads, 0, stream, part, filled, static_cast<float*>(out.raw_data()));
   check_launch(kOp, dev.index);
 }
 
@@ -477,8 +477,8 @@ void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker
   const float* flag = flag_ptr(found_inf, kOp);
   const Device dev = scale.device();
   DeviceGuard guard(dev.index, kOp);
-  update_scale_kernel<<<1, 1, 0, stream_of(dev)>>>(static_cast<double*>(scale.raw_data()),
-                                                   static_cast<int64_t*>(growth_tracker.raw_data()), flag, rule);
+  launch(update_scale_kernel, 1, 1, 0, stream_of(dev),
+         static_cast<double*>(scale.raw_data()), static_cast<int64_t*>(growth_tracker.raw_data()), flag, rule);
   check_launch(kOp, dev.index);
 }
 
