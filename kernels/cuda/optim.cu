@@ -258,7 +258,10 @@ void fused_step(const OptimizerLists& l, const char* op, const float* found_inf,
                 const Launch& launch) {
   const Device dev = l.params[0].device();
   const cudaStream_t stream = stream_of(dev);
-  for (const auto& [dtype, idx] : by_dtype(l.params)) {
+  // named, not a structured binding: the lambdas below capture them (clang before 16 refuses)
+  for (const auto& group : by_dtype(l.params)) {
+    const DType dtype = group.first;
+    const std::vector<size_t>& idx = group.second;
     std::vector<int64_t> numels;
     std::vector<int64_t*> steps;
     for (size_t k : idx) {
@@ -407,8 +410,9 @@ void check_list(const TensorList& xs, const char* op) {
 // Runs f.template operator()<T>(idx) for the indices of each dtype's tensors in xs.
 template <class F>
 void for_each_dtype(const TensorList& xs, const char* op, const F& f) {
-  for (const auto& [dtype, idx] : by_dtype(xs)) {
-    dispatch_floating(dtype, op, [&]<class T>() { f.template operator()<T>(idx); });
+  for (const auto& group : by_dtype(xs)) {
+    const std::vector<size_t>& idx = group.second;  // captured: not a structured binding (clang before 16)
+    dispatch_floating(group.first, op, [&]<class T>() { f.template operator()<T>(idx); });
   }
 }
 
