@@ -20,9 +20,6 @@
 // CUDA thread stops there, `call ampgrad::emu::print_block()` prints where each thread of
 // the block waits; `next` over a __syncthreads() returns to the same thread once every
 // thread of the block has reached it (docs/cuda-emulator.md).
-#include <cxxabi.h>
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -640,7 +637,8 @@ void Block::print(std::FILE* out) const {
       case State::AtWarp: what = std::string("waits at ") + collective_name(a.kind) + " (" + where(a.site) + ")"; break;
       case State::Exited: what = "exited"; break;
     }
-    std::fprintf(out, "  threads %d-%d: %s\n", t, u, what.c_str());
+    if (u == t) std::fprintf(out, "  thread %d: %s\n", t, what.c_str());
+    else std::fprintf(out, "  threads %d-%d: %s\n", t, u, what.c_str());
     t = u + 1;
   }
 }
@@ -763,20 +761,6 @@ Fault run_grid(const KernelLaunch& launch) {
   if (helpers > 0) pool().run(g, helpers);
   else g.work(this_worker());
   return g.fault;
-}
-
-std::string kernel_name(const void* kernel) {
-  Dl_info info{};
-  if (dladdr(kernel, &info) && info.dli_sname && info.dli_saddr == kernel) {
-    int status = 0;
-    char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    std::string s = status == 0 && d ? d : info.dli_sname;
-    std::free(d);
-    return s;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "at %p", kernel);
-  return buf;
 }
 
 }  // namespace detail

@@ -21,8 +21,8 @@ struct Fault {
 /// stopped the grid (the blocks running then end at their next barrier or collective).
 Fault run_grid(const KernelLaunch& launch);
 
-/// The kernel's name for messages: its symbol, demangled, where the executable exports it;
-/// else its address.
+/// The kernel's name for messages (symbols.cpp): its symbol, demangled, from the dynamic or
+/// the full symbol table of the object that holds it; else its address.
 std::string kernel_name(const void* kernel);
 
 /// Fills n bytes at p with the poison pattern (kPoison16 at every even address).
