@@ -79,6 +79,9 @@ struct CUevent_st {
   std::chrono::steady_clock::time_point time{};
 };
 
+/// The default memory pool's accounting. A stream-ordered free is counted when it is
+/// called: the real pool may hand the bytes to the next allocation on that stream at once,
+/// whenever the free itself runs; the emulator frees the block itself in stream order.
 struct CUmemPoolHandle_st {
   uint64_t release_threshold = 0;
   uint64_t used = 0, used_high = 0;
@@ -427,10 +430,6 @@ void release(uintptr_t base) {
   r.allocations.erase(it);
   if (a.kind == Kind::Device) {
     r.device_bytes -= a.size;
-    if (a.from_pool) {
-      r.pool.used -= a.size;
-      r.pool.kept += a.size;
-    }
     free_block(reinterpret_cast<void*>(base), a.size);
   } else {
     std::free(reinterpret_cast<void*>(base));
@@ -674,6 +673,14 @@ Allocation* device_base(void* p) {
   auto it = rt().allocations.find(reinterpret_cast<uintptr_t>(p));
   return it != rt().allocations.end() && it->second.kind == Kind::Device ? &it->second : nullptr;
 }
+
+/// The pool gets back what was allocated from it (when the free is called).
+void count_free(const Allocation& a) {
+  if (!a.from_pool) return;
+  CUmemPoolHandle_st& pool = rt().pool;
+  pool.used -= a.size;
+  pool.kept += a.size;
+}
 }  // namespace
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
@@ -693,6 +700,7 @@ cudaError_t cudaFree(void* ptr) {
   Allocation* a = device_base(ptr);
   if (!a || a->free_queued) return result(cudaErrorInvalidValue);
   run_all();  // cudaFree waits for the device
+  count_free(*device_base(ptr));
   release(reinterpret_cast<uintptr_t>(ptr));
   return result(sticky());
 }
@@ -705,6 +713,7 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   Allocation* a = device_base(ptr);
   if (!a || a->free_queued) return result(cudaErrorInvalidValue);
   a->free_queued = true;
+  count_free(*a);
   const uintptr_t base = reinterpret_cast<uintptr_t>(ptr);
   enqueue_work(*s, [base] { release(base); }, /*after_fault=*/true);
   return result(sticky());
