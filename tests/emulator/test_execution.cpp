@@ -1,13 +1,14 @@
 // The CUDA emulator's execution model: blocks of threads that meet at barriers, warps whose
 // lanes exchange values, atomics across blocks that run on several OS threads, each block's
 // own shared memory, and the errors a GPU would answer with a hang or garbage.
+#include <cuda_fp16.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <random>
 #include <vector>
-
-#include <cuda_fp16.h>
 
 #include "emulator/emulator_test.h"
 #include "support/testing.h"
@@ -29,7 +30,18 @@ class ScheduleGuard {
   emu::Schedule saved_;
 };
 
-std::string fault_site(int line) { return "test_execution.cpp:" + std::to_string(line); }
+/// "test_execution.cpp:N", N the line of this file that ends with the comment `// site: <name>`
+/// (a fault names its barrier or collective by file and line).
+std::string fault_site(const std::string& name) {
+  std::ifstream src(agt::source_dir() + "/tests/emulator/test_execution.cpp");
+  std::string line;
+  for (int n = 1; std::getline(src, line); ++n)
+    if (line.size() >= name.size() + 9 && line.compare(line.size() - name.size() - 9, std::string::npos,
+                                                        "// site: " + name) == 0)
+      return "test_execution.cpp:" + std::to_string(n);
+  ADD_FAILURE() << "no line of test_execution.cpp ends with // site: " << name;
+  return "?";
+}
 
 // ---- a block reduction ----------------------------------------------------------------------------
 
@@ -176,7 +188,7 @@ TEST(CudaEmulatorWarp, FullMaskShufflesAndVotes) {
   std::vector<int> in(kThreads);
   for (int t = 0; t < kThreads; ++t) in[size_t(t)] = (t * 37) % 101;
   for (int t = 32; t < 64; ++t) in[size_t(t)] &= ~1;  // warp 1 all even, warp 0 not
-  in[40] = 778;                                        // warp 1 has it, warp 0 not
+  in[40] = 778;                                       // warp 1 has it, warp 0 not
   DeviceBuffer<int> din(in), out(8 * kThreads);
   launch(full_mask, 1, kThreads, 0, nullptr, din.get(), out.get());
   const std::vector<int> got = out.download();
@@ -230,8 +242,10 @@ TEST(CudaEmulatorWarp, ShufflesMoveEightAndTwoByteValues) {
 // Two halves of a warp in separate collectives, and a ballot of the even lanes alone.
 __global__ void partial_masks(const int* in, int* out) {
   const int l = int(threadIdx.x), v = in[l];
-  if (l < 16) out[l] = __shfl_sync(0x0000ffffu, v, 15);
-  else out[l] = __shfl_down_sync(0xffff0000u, v, 1);
+  if (l < 16)
+    out[l] = __shfl_sync(0x0000ffffu, v, 15);
+  else
+    out[l] = __shfl_down_sync(0xffff0000u, v, 1);
   if (l % 2 == 0) out[32 + l] = int(__ballot_sync(0x55555555u, v > 50));
   __syncwarp();
   if (l >= 8) out[64 + l] = __reduce_add_sync(0xffffff00u, v);
@@ -256,10 +270,9 @@ TEST(CudaEmulatorWarp, PartialMasks) {
 }
 
 // ---- misuse: errors, not hangs ----------------------------------------------------------------------
-constexpr int kExitBarrierLine = __LINE__ + 3;
 __global__ void exit_before_barrier(int* out) {
   if (threadIdx.x >= 16) return;
-  __syncthreads();
+  __syncthreads();  // site: exit
   out[threadIdx.x] = 1;
 }
 
@@ -276,19 +289,19 @@ TEST(CudaEmulatorErrors, BarrierAfterAThreadExitedIsAnError) {
   const std::string f = emu::last_fault();
   EXPECT_TRUE(agt::contains(f, "divergent __syncthreads")) << f;
   EXPECT_TRUE(agt::contains(f, "thread 16 exited while threads 0-15 wait")) << f;
-  EXPECT_TRUE(agt::contains(f, fault_site(kExitBarrierLine))) << f;
-  EXPECT_TRUE(agt::contains(f, "kernel (anonymous namespace)::exit_before_barrier(int*), block (0,0,0), thread (16,0,0)")) << f;
+  EXPECT_TRUE(agt::contains(f, fault_site("exit"))) << f;
+  EXPECT_TRUE(
+      agt::contains(f, "kernel (anonymous namespace)::exit_before_barrier(int*), block (0,0,0), thread (16,0,0)"))
+      << f;
   sync_and_clear();
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
-constexpr int kFirstBarrierLine = __LINE__ + 4;
-constexpr int kSecondBarrierLine = __LINE__ + 5;
 __global__ void two_barriers(int*) {
   if (threadIdx.x < 16) {
-    __syncthreads();
+    __syncthreads();  // site: first
   } else {
-    __syncthreads();
+    __syncthreads();  // site: second
   }
 }
 
@@ -297,14 +310,13 @@ TEST(CudaEmulatorErrors, BarriersAtDifferentLinesAreAnError) {
   launch(two_barriers, 1, 32, 0, nullptr, nullptr);
   EXPECT_EQ(sync_and_clear(), cudaErrorLaunchFailure);
   const std::string f = emu::last_fault();
-  EXPECT_TRUE(agt::contains(f, "divergent __syncthreads: thread 16 is at " + fault_site(kSecondBarrierLine) +
-                                   " while threads 0-15 wait at " + fault_site(kFirstBarrierLine)))
+  EXPECT_TRUE(agt::contains(f, "divergent __syncthreads: thread 16 is at " + fault_site("second") +
+                                   " while threads 0-15 wait at " + fault_site("first")))
       << f;
 }
 
-constexpr int kOwnMaskLine = __LINE__ + 2;
 __global__ void lane_outside_mask(const int* in, int* out) {
-  out[threadIdx.x] = __shfl_sync(0x1u, in[threadIdx.x], 0);
+  out[threadIdx.x] = __shfl_sync(0x1u, in[threadIdx.x], 0);  // site: own mask
 }
 
 TEST(CudaEmulatorErrors, LaneOutsideItsMaskIsAnError) {
@@ -313,7 +325,7 @@ TEST(CudaEmulatorErrors, LaneOutsideItsMaskIsAnError) {
   launch(lane_outside_mask, 1, 32, 0, nullptr, in.get(), out.get());
   EXPECT_EQ(sync_and_clear(), cudaErrorLaunchFailure);
   const std::string f = emu::last_fault();
-  EXPECT_TRUE(agt::contains(f, "lane 1 of warp 0 calls __shfl_sync (" + fault_site(kOwnMaskLine) +
+  EXPECT_TRUE(agt::contains(f, "lane 1 of warp 0 calls __shfl_sync (" + fault_site("own mask") +
                                    ") with mask 0x00000001, which does not include it"))
       << f;
 }
@@ -373,8 +385,7 @@ __device__ bool wait_for_partner(int* arrived) {
   return atomicAdd(arrived, 0) >= 2;
 }
 
-__global__ void counters(unsigned* count, float* sum, int* largest, unsigned long long* bits, int* arrived,
-                         int* met) {
+__global__ void counters(unsigned* count, float* sum, int* largest, unsigned long long* bits, int* arrived, int* met) {
   const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (blockIdx.x < 2 && threadIdx.x == 0) met[blockIdx.x] = wait_for_partner(arrived);
   atomicAdd(count, 1u);

@@ -78,9 +78,7 @@ Wide exact(Format f, uint16_t b) {
 bool is_nan16(Format f, uint16_t b) {
   return f == Format::Half ? (b & 0x7C00) == 0x7C00 && (b & 0x3FF) : (b & 0x7F80) == 0x7F80 && (b & 0x7F);
 }
-bool is_finite16(Format f, uint16_t b) {
-  return f == Format::Half ? (b & 0x7C00) != 0x7C00 : (b & 0x7F80) != 0x7F80;
-}
+bool is_finite16(Format f, uint16_t b) { return f == Format::Half ? (b & 0x7C00) != 0x7C00 : (b & 0x7F80) != 0x7F80; }
 
 /// Floats to round: a sweep over all patterns by a prime stride, every value of the format,
 /// every exact tie between neighbours and the floats next to it, and the edges.

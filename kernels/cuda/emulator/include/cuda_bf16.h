@@ -72,19 +72,19 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return ampgrad::em
 inline short __bfloat16_as_short(__nv_bfloat16 h) { return short(h.__x); }
 inline __nv_bfloat16 __short_as_bfloat16(short b) { return ampgrad::emu::fp::make_bf16(uint16_t(b)); }
 
-#define AMPGRAD_EMU_BF16_INT(NAME, I)                                                                 \
-  inline __nv_bfloat16 __##NAME##2bfloat16_rn(I v) { return __nv_bfloat16(v); }                                          \
+#define AMPGRAD_EMU_BF16_INT(NAME, I)                                                                              \
+  inline __nv_bfloat16 __##NAME##2bfloat16_rn(I v) { return __nv_bfloat16(v); }                                    \
   inline I __bfloat162##NAME##_rn(__nv_bfloat16 h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Nearest); \
-  }                                                                                                     \
+    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Nearest);    \
+  }                                                                                                                \
   inline I __bfloat162##NAME##_rz(__nv_bfloat16 h) {                                                               \
     return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::TowardZero); \
-  }                                                                                                     \
+  }                                                                                                                \
   inline I __bfloat162##NAME##_rd(__nv_bfloat16 h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Down);    \
-  }                                                                                                     \
+    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Down);       \
+  }                                                                                                                \
   inline I __bfloat162##NAME##_ru(__nv_bfloat16 h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Up);      \
+    return ampgrad::emu::fp::to_integer<I>(__nv_bfloat16::kFormat, h.__x, ampgrad::emu::fp::Rounding::Up);         \
   }
 AMPGRAD_EMU_BF16_INT(short, short)
 AMPGRAD_EMU_BF16_INT(ushort, unsigned short)
@@ -156,7 +156,8 @@ inline __nv_bfloat16 __hmin_nan(__nv_bfloat16 a, __nv_bfloat16 b) {
   return (__hisnan(a) || __hisnan(b)) ? ampgrad::emu::fp::make_bf16(ampgrad::emu::fp::kCanonicalNaN16) : __hmin(a, b);
 }
 inline __nv_bfloat16 hsqrt(__nv_bfloat16 a) {
-  return ampgrad::emu::fp::make_bf16(ampgrad::emu::fp::from_double_rn(__nv_bfloat16::kFormat, std::sqrt(ampgrad::emu::fp::wide(a))));
+  return ampgrad::emu::fp::make_bf16(
+      ampgrad::emu::fp::from_double_rn(__nv_bfloat16::kFormat, std::sqrt(ampgrad::emu::fp::wide(a))));
 }
 inline __nv_bfloat16 hrcp(__nv_bfloat16 a) { return __hdiv(__nv_bfloat16(1.0f), a); }
 inline __nv_bfloat16 hexp(__nv_bfloat16 a) { return __nv_bfloat16(std::exp(float(a))); }
@@ -196,7 +197,9 @@ inline __nv_bfloat162 __hadd2(__nv_bfloat162 a, __nv_bfloat162 b) { return {__ha
 inline __nv_bfloat162 __hsub2(__nv_bfloat162 a, __nv_bfloat162 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }
 inline __nv_bfloat162 __hmul2(__nv_bfloat162 a, __nv_bfloat162 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }
 inline __nv_bfloat162 __h2div(__nv_bfloat162 a, __nv_bfloat162 b) { return {__hdiv(a.x, b.x), __hdiv(a.y, b.y)}; }
-inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
+inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) {
+  return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)};
+}
 inline __nv_bfloat162 __hneg2(__nv_bfloat162 a) { return {__hneg(a.x), __hneg(a.y)}; }
 inline __nv_bfloat162 __habs2(__nv_bfloat162 a) { return {__habs(a.x), __habs(a.y)}; }
 inline __nv_bfloat162 __hmax2(__nv_bfloat162 a, __nv_bfloat162 b) { return {__hmax(a.x, b.x), __hmax(a.y, b.y)}; }

@@ -71,19 +71,19 @@ inline __half __ushort_as_half(unsigned short b) { return ampgrad::emu::fp::make
 inline short __half_as_short(__half h) { return short(h.__x); }
 inline __half __short_as_half(short b) { return ampgrad::emu::fp::make_half(uint16_t(b)); }
 
-#define AMPGRAD_EMU_HALF_INT(NAME, I)                                                                 \
-  inline __half __##NAME##2half_rn(I v) { return __half(v); }                                          \
-  inline I __half2##NAME##_rn(__half h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Nearest); \
-  }                                                                                                     \
-  inline I __half2##NAME##_rz(__half h) {                                                               \
+#define AMPGRAD_EMU_HALF_INT(NAME, I)                                                                       \
+  inline __half __##NAME##2half_rn(I v) { return __half(v); }                                               \
+  inline I __half2##NAME##_rn(__half h) {                                                                   \
+    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Nearest);    \
+  }                                                                                                         \
+  inline I __half2##NAME##_rz(__half h) {                                                                   \
     return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::TowardZero); \
-  }                                                                                                     \
-  inline I __half2##NAME##_rd(__half h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Down);    \
-  }                                                                                                     \
-  inline I __half2##NAME##_ru(__half h) {                                                               \
-    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Up);      \
+  }                                                                                                         \
+  inline I __half2##NAME##_rd(__half h) {                                                                   \
+    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Down);       \
+  }                                                                                                         \
+  inline I __half2##NAME##_ru(__half h) {                                                                   \
+    return ampgrad::emu::fp::to_integer<I>(__half::kFormat, h.__x, ampgrad::emu::fp::Rounding::Up);         \
   }
 AMPGRAD_EMU_HALF_INT(short, short)
 AMPGRAD_EMU_HALF_INT(ushort, unsigned short)
@@ -155,7 +155,8 @@ inline __half __hmin_nan(__half a, __half b) {
   return (__hisnan(a) || __hisnan(b)) ? ampgrad::emu::fp::make_half(ampgrad::emu::fp::kCanonicalNaN16) : __hmin(a, b);
 }
 inline __half hsqrt(__half a) {
-  return ampgrad::emu::fp::make_half(ampgrad::emu::fp::from_double_rn(__half::kFormat, std::sqrt(ampgrad::emu::fp::wide(a))));
+  return ampgrad::emu::fp::make_half(
+      ampgrad::emu::fp::from_double_rn(__half::kFormat, std::sqrt(ampgrad::emu::fp::wide(a))));
 }
 inline __half hrcp(__half a) { return __hdiv(__half(1.0f), a); }
 inline __half hexp(__half a) { return __half(std::exp(float(a))); }

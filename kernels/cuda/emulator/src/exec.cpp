@@ -65,8 +65,10 @@ Schedule schedule_from_env() {
   if (v == "forward") return Schedule::Forward;
   if (v == "reverse") return Schedule::Reverse;
   if (v != "alternate")
-    std::fprintf(stderr, "ampgrad CUDA emulator: AMPGRAD_CUDA_EMULATOR_SCHEDULE=%s is not forward, reverse or "
-                 "alternate; using alternate\n", s);
+    std::fprintf(stderr,
+                 "ampgrad CUDA emulator: AMPGRAD_CUDA_EMULATOR_SCHEDULE=%s is not forward, reverse or "
+                 "alternate; using alternate\n",
+                 s);
   return Schedule::Alternate;
 }
 
@@ -87,9 +89,9 @@ enum class State : uint8_t {
 struct Thread {
   State state = State::Runnable;
   bool started = false;
-  Site site{};                      // the barrier or collective it waits at
-  Collective kind{};                // the collective it waits at
-  unsigned long long result = 0;    // what its collective gives it
+  Site site{};                    // the barrier or collective it waits at
+  Collective kind{};              // the collective it waits at
+  unsigned long long result = 0;  // what its collective gives it
 };
 
 /// A warp collective that some lanes of `mask` have reached.
@@ -259,8 +261,12 @@ thread_local Block* t_block = nullptr;
 class Block {
  public:
   Block(GridRun& grid, Worker& worker, uint64_t linear)
-      : grid_(grid), worker_(worker), launch_(grid.launch), n_(int(launch_.block.x * launch_.block.y * launch_.block.z)),
-        threads_(size_t(n_)), warp_ops_(size_t((n_ + 31) / 32)) {
+      : grid_(grid),
+        worker_(worker),
+        launch_(grid.launch),
+        n_(int(launch_.block.x * launch_.block.y * launch_.block.z)),
+        threads_(size_t(n_)),
+        warp_ops_(size_t((n_ + 31) / 32)) {
     const dim3 g = launch_.grid;
     index_ = {unsigned(linear % g.x), unsigned(linear / g.x % g.y), unsigned(linear / (uint64_t(g.x) * g.y))};
     const Schedule s = schedule();
@@ -391,10 +397,10 @@ void Block::on_exit(int t) {
   ++exited_;
   if (aborting_) return;
   if (at_barrier_ > 0) {
-    record_fault(cudaErrorLaunchFailure,
-                 "divergent __syncthreads: thread " + std::to_string(t) + " exited while threads " +
-                     ranges(threads_in(State::AtBarrier)) + " wait at __syncthreads (" + where(barrier_site_) +
-                     "); every thread of a block must reach each __syncthreads");
+    record_fault(cudaErrorLaunchFailure, "divergent __syncthreads: thread " + std::to_string(t) +
+                                             " exited while threads " + ranges(threads_in(State::AtBarrier)) +
+                                             " wait at __syncthreads (" + where(barrier_site_) +
+                                             "); every thread of a block must reach each __syncthreads");
     return;
   }
   if (const WarpOp* op = op_waiting_for(t))
@@ -407,7 +413,8 @@ void Block::record_fault(cudaError_t e, const std::string& what) {
   if (aborting_) return;
   aborting_ = true;
   const uint3 ti = current_ >= 0 ? thread_index(current_) : uint3{0, 0, 0};
-  grid_.report(e, "kernel " + kernel_name(launch_.kernel) + ", block " + triple(index_) + ", thread " + triple(ti) + ": " + what);
+  grid_.report(e, "kernel " + kernel_name(launch_.kernel) + ", block " + triple(index_) + ", thread " + triple(ti) +
+                      ": " + what);
 }
 
 void Block::fault_now(cudaError_t e, const std::string& what) {
@@ -485,11 +492,11 @@ unsigned long long Block::collective(Site s, Collective kind, unsigned mask, uns
     if (!(mask >> l & 1u) || l == lane) continue;
     const Thread& other = threads_[size_t(w * 32 + l)];
     if (other.state == State::Exited)
-      fault_now(cudaErrorLaunchFailure, name + " with mask " + hex(mask) + " in warp " + std::to_string(w) +
-                                            ": lane " + std::to_string(l) + ", named in the mask, has exited");
+      fault_now(cudaErrorLaunchFailure, name + " with mask " + hex(mask) + " in warp " + std::to_string(w) + ": lane " +
+                                            std::to_string(l) + ", named in the mask, has exited");
     if (other.state == State::AtBarrier)
-      fault_now(cudaErrorLaunchFailure, name + " with mask " + hex(mask) + " in warp " + std::to_string(w) +
-                                            ": lane " + std::to_string(l) + ", named in the mask, waits at __syncthreads (" +
+      fault_now(cudaErrorLaunchFailure, name + " with mask " + hex(mask) + " in warp " + std::to_string(w) + ": lane " +
+                                            std::to_string(l) + ", named in the mask, waits at __syncthreads (" +
                                             where(other.site) + ")");
   }
   // Join the collective the other lanes of this mask wait at. Lanes may wait at several
@@ -637,8 +644,10 @@ void Block::print(std::FILE* out) const {
       case State::AtWarp: what = std::string("waits at ") + collective_name(a.kind) + " (" + where(a.site) + ")"; break;
       case State::Exited: what = "exited"; break;
     }
-    if (u == t) std::fprintf(out, "  thread %d: %s\n", t, what.c_str());
-    else std::fprintf(out, "  threads %d-%d: %s\n", t, u, what.c_str());
+    if (u == t)
+      std::fprintf(out, "  thread %d: %s\n", t, what.c_str());
+    else
+      std::fprintf(out, "  threads %d-%d: %s\n", t, u, what.c_str());
     t = u + 1;
   }
 }
@@ -758,8 +767,10 @@ long long clock_ticks() {
 Fault run_grid(const KernelLaunch& launch) {
   GridRun g(launch);
   const int helpers = int(std::min<uint64_t>(uint64_t(threads_setting() - 1), g.blocks - 1));
-  if (helpers > 0) pool().run(g, helpers);
-  else g.work(this_worker());
+  if (helpers > 0)
+    pool().run(g, helpers);
+  else
+    g.work(this_worker());
   return g.fault;
 }
 

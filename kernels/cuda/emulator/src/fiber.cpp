@@ -1,7 +1,6 @@
 #include "fiber.h"
 
 #include <boost/context/protected_fixedsize_stack.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 

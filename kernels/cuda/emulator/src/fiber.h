@@ -7,7 +7,6 @@
 
 #include <boost/context/detail/fcontext.hpp>
 #include <boost/context/stack_context.hpp>
-
 #include <cstddef>
 
 namespace ampgrad::emu::detail {

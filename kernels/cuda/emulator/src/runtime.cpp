@@ -153,8 +153,10 @@ const cudaDeviceProp& props() {
     const std::string v = e ? e : "";
     if (v == "sm_80" || v == "a100") return a100();
     if (!v.empty() && v != "sm_90" && v != "h200")
-      std::fprintf(stderr, "ampgrad CUDA emulator: AMPGRAD_CUDA_EMULATOR_DEVICE=%s is not sm_90, h200, sm_80 or a100; "
-                   "emulating an H200 (sm_90)\n", e);
+      std::fprintf(stderr,
+                   "ampgrad CUDA emulator: AMPGRAD_CUDA_EMULATOR_DEVICE=%s is not sm_90, h200, sm_80 or a100; "
+                   "emulating an H200 (sm_90)\n",
+                   e);
     return h200();
   }();
   return p;
@@ -178,8 +180,8 @@ enum class Kind { Device, Pinned };
 struct Allocation {
   size_t size;
   Kind kind;
-  bool from_pool;     // cudaMallocAsync
-  bool free_queued;   // cudaFreeAsync called, not yet run
+  bool from_pool;    // cudaMallocAsync
+  bool free_queued;  // cudaFreeAsync called, not yet run
 };
 
 #ifndef AMPGRAD_EMU_ASAN
@@ -273,8 +275,10 @@ void run_until(CUstream_st& s, uint64_t seq) {
   while (!s.queue.empty() && s.queue.front().seq <= seq) {
     QueueItem item = std::move(s.queue.front());
     s.queue.pop_front();
-    if (item.wait_on) run_until(*item.wait_on, item.wait_seq);
-    else if (item.work && (sticky() == cudaSuccess || item.after_fault)) item.work();
+    if (item.wait_on)
+      run_until(*item.wait_on, item.wait_seq);
+    else if (item.work && (sticky() == cudaSuccess || item.after_fault))
+      item.work();
     s.done_seq = item.seq;
   }
 }
@@ -383,7 +387,10 @@ void run_kernel(const KernelLaunch& l) {
 /// The kind a copy between these pointers has (cudaMemcpyDefault's inference).
 cudaMemcpyKind infer(const void* dst, const void* src, size_t n) {
   const bool d = is_device(dst, n), s = is_device(src, n);
-  return d && s ? cudaMemcpyDeviceToDevice : d ? cudaMemcpyHostToDevice : s ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost;
+  return d && s ? cudaMemcpyDeviceToDevice
+         : d    ? cudaMemcpyHostToDevice
+         : s    ? cudaMemcpyDeviceToHost
+                : cudaMemcpyHostToHost;
 }
 
 /// Queues a copy on s and, when the host must wait for it, runs it. `sync`: the API call is
@@ -519,7 +526,8 @@ long env_long(const char* name, long fallback) {
 }  // namespace detail
 }  // namespace ampgrad::emu
 
-// ---- the CUDA runtime API ---------------------------------------------------------------------------------------------
+// ---- the CUDA runtime API
+// ---------------------------------------------------------------------------------------------
 using namespace ampgrad::emu;
 using Lock = std::lock_guard<std::recursive_mutex>;
 
@@ -588,7 +596,8 @@ cudaError_t cudaGetLastError() {
 
 cudaError_t cudaPeekAtLastError() { return t_last != cudaSuccess ? t_last : sticky(); }
 
-// ---- devices ----------------------------------------------------------------------------------------------------------
+// ---- devices
+// ----------------------------------------------------------------------------------------------------------
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return result(cudaErrorInvalidValue);
   *count = 1;
@@ -645,14 +654,16 @@ cudaError_t cudaDeviceSynchronize() {
   return result(sticky());
 }
 
-// ---- memory -----------------------------------------------------------------------------------------------------------
+// ---- memory
+// -----------------------------------------------------------------------------------------------------------
 namespace {
 cudaError_t device_malloc(void** ptr, size_t size, bool from_pool) {
   if (!ptr) return cudaErrorInvalidValue;
   *ptr = nullptr;
   if (sticky() != cudaSuccess) return sticky();
   Runtime& r = rt();
-  if (size > props().totalGlobalMem - std::min(props().totalGlobalMem, r.device_bytes)) return cudaErrorMemoryAllocation;
+  if (size > props().totalGlobalMem - std::min(props().totalGlobalMem, r.device_bytes))
+    return cudaErrorMemoryAllocation;
   void* p = allocate_block(size);
   if (!p) return cudaErrorMemoryAllocation;
   r.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{size, Kind::Device, from_pool, false};
@@ -715,7 +726,8 @@ cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
   a->free_queued = true;
   count_free(*a);
   const uintptr_t base = reinterpret_cast<uintptr_t>(ptr);
-  enqueue_work(*s, [base] { release(base); }, /*after_fault=*/true);
+  enqueue_work(
+      *s, [base] { release(base); }, /*after_fault=*/true);
   return result(sticky());
 }
 
@@ -814,7 +826,8 @@ cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) {
   return result(sticky());
 }
 
-// ---- copies and sets ----------------------------------------------------------------------------------------------------
+// ---- copies and sets
+// ----------------------------------------------------------------------------------------------------
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   Lock lock(rt().mu);
   if (sticky() != cudaSuccess) return result(sticky());
@@ -843,7 +856,8 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t str
   return result(memset_on(ptr, value, count, *s));
 }
 
-// ---- streams ------------------------------------------------------------------------------------------------------------
+// ---- streams
+// ------------------------------------------------------------------------------------------------------------
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWithFlags(stream, cudaStreamDefault); }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
@@ -898,7 +912,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   return cudaSuccess;
 }
 
-// ---- events --------------------------------------------------------------------------------------------------------------
+// ---- events
+// --------------------------------------------------------------------------------------------------------------
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
@@ -972,7 +987,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 
-// ---- kernels ------------------------------------------------------------------------------------------------------------
+// ---- kernels
+// ------------------------------------------------------------------------------------------------------------
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   Lock lock(rt().mu);
   if (!func) return result(cudaErrorInvalidDeviceFunction);

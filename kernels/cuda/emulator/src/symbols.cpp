@@ -89,7 +89,8 @@ std::string kernel_name(const void* kernel) {
       const std::string file = info.dli_fname && *info.dli_fname ? info.dli_fname : "/proc/self/exe";
       const auto* eh = static_cast<const Elf64_Ehdr*>(info.dli_fbase);
       const uint64_t at = uint64_t(reinterpret_cast<uintptr_t>(kernel));
-      const uint64_t value = eh && eh->e_type == ET_DYN ? at - uint64_t(reinterpret_cast<uintptr_t>(info.dli_fbase)) : at;
+      const uint64_t value =
+          eh && eh->e_type == ET_DYN ? at - uint64_t(reinterpret_cast<uintptr_t>(info.dli_fbase)) : at;
       const std::string raw = symtab_lookup(file, value);
       if (!raw.empty()) name = demangle(raw.c_str());
     }

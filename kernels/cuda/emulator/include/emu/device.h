@@ -158,8 +158,7 @@ inline std::atomic_ref<T> atomic_at(T* p) {
   ::ampgrad::emu::syncthreads_op(AMPGRAD_EMU_SITE, ::ampgrad::emu::BarrierOp::Count, (p) ? 1 : 0)
 #define __syncthreads_and(p) \
   ::ampgrad::emu::syncthreads_op(AMPGRAD_EMU_SITE, ::ampgrad::emu::BarrierOp::And, (p) ? 1 : 0)
-#define __syncthreads_or(p) \
-  ::ampgrad::emu::syncthreads_op(AMPGRAD_EMU_SITE, ::ampgrad::emu::BarrierOp::Or, (p) ? 1 : 0)
+#define __syncthreads_or(p) ::ampgrad::emu::syncthreads_op(AMPGRAD_EMU_SITE, ::ampgrad::emu::BarrierOp::Or, (p) ? 1 : 0)
 #define __syncwarp(...) ::ampgrad::emu::syncwarp(AMPGRAD_EMU_SITE __VA_OPT__(, ) __VA_ARGS__)
 #define __shfl_sync(...) ::ampgrad::emu::shfl_sync(AMPGRAD_EMU_SITE, __VA_ARGS__)
 #define __shfl_up_sync(...) ::ampgrad::emu::shfl_up_sync(AMPGRAD_EMU_SITE, __VA_ARGS__)
@@ -170,14 +169,14 @@ inline std::atomic_ref<T> atomic_at(T* p) {
 #define __all_sync(mask, p) ::ampgrad::emu::all_sync(AMPGRAD_EMU_SITE, (mask), (p) ? 1 : 0)
 #define __match_any_sync(...) ::ampgrad::emu::match_any_sync(AMPGRAD_EMU_SITE, __VA_ARGS__)
 #define __match_all_sync(...) ::ampgrad::emu::match_all_sync(AMPGRAD_EMU_SITE, __VA_ARGS__)
-#define __reduce_add_sync(mask, v)                                                                     \
-  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceAddU,                     \
+#define __reduce_add_sync(mask, v)                                                 \
+  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceAddU, \
                          ::ampgrad::emu::Collective::ReduceAddS, (mask), (v))
-#define __reduce_min_sync(mask, v)                                                                     \
-  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceMinU,                     \
+#define __reduce_min_sync(mask, v)                                                 \
+  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceMinU, \
                          ::ampgrad::emu::Collective::ReduceMinS, (mask), (v))
-#define __reduce_max_sync(mask, v)                                                                     \
-  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceMaxU,                     \
+#define __reduce_max_sync(mask, v)                                                 \
+  ::ampgrad::emu::reduce(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceMaxU, \
                          ::ampgrad::emu::Collective::ReduceMaxS, (mask), (v))
 #define __reduce_and_sync(mask, v) \
   ::ampgrad::emu::reduce_bits(AMPGRAD_EMU_SITE, ::ampgrad::emu::Collective::ReduceAnd, (mask), (v))
@@ -268,7 +267,7 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 inline float atomicAdd(float* p, float v) { return ::ampgrad::emu::atomic_at(p).fetch_add(v); }
 inline double atomicAdd(double* p, double v) { return ::ampgrad::emu::atomic_at(p).fetch_add(v); }
 
-#define AMPGRAD_EMU_ATOMIC_EXCH_CAS(T)                                                 \
+#define AMPGRAD_EMU_ATOMIC_EXCH_CAS(T)                                                \
   inline T atomicExch(T* p, T v) { return ::ampgrad::emu::atomic_at(p).exchange(v); } \
   inline T atomicCAS(T* p, T compare, T v) {                                          \
     ::ampgrad::emu::atomic_at(p).compare_exchange_strong(compare, v);                 \
@@ -281,20 +280,20 @@ AMPGRAD_EMU_ATOMIC_EXCH_CAS(unsigned short)
 #undef AMPGRAD_EMU_ATOMIC_EXCH_CAS
 inline float atomicExch(float* p, float v) { return ::ampgrad::emu::atomic_at(p).exchange(v); }
 
-#define AMPGRAD_EMU_ATOMIC_MIN_MAX(T)                                        \
-  inline T atomicMin(T* p, T v) {                                            \
-    auto a = ::ampgrad::emu::atomic_at(p);                                   \
-    T old = a.load();                                                        \
-    while (v < old && !a.compare_exchange_weak(old, v)) {                    \
-    }                                                                        \
-    return old;                                                              \
-  }                                                                          \
-  inline T atomicMax(T* p, T v) {                                            \
-    auto a = ::ampgrad::emu::atomic_at(p);                                   \
-    T old = a.load();                                                        \
-    while (v > old && !a.compare_exchange_weak(old, v)) {                    \
-    }                                                                        \
-    return old;                                                              \
+#define AMPGRAD_EMU_ATOMIC_MIN_MAX(T)                     \
+  inline T atomicMin(T* p, T v) {                         \
+    auto a = ::ampgrad::emu::atomic_at(p);                \
+    T old = a.load();                                     \
+    while (v < old && !a.compare_exchange_weak(old, v)) { \
+    }                                                     \
+    return old;                                           \
+  }                                                       \
+  inline T atomicMax(T* p, T v) {                         \
+    auto a = ::ampgrad::emu::atomic_at(p);                \
+    T old = a.load();                                     \
+    while (v > old && !a.compare_exchange_weak(old, v)) { \
+    }                                                     \
+    return old;                                           \
   }
 AMPGRAD_EMU_ATOMIC_MIN_MAX(int)
 AMPGRAD_EMU_ATOMIC_MIN_MAX(unsigned int)
@@ -302,7 +301,7 @@ AMPGRAD_EMU_ATOMIC_MIN_MAX(long long)
 AMPGRAD_EMU_ATOMIC_MIN_MAX(unsigned long long)
 #undef AMPGRAD_EMU_ATOMIC_MIN_MAX
 
-#define AMPGRAD_EMU_ATOMIC_BITS(T)                                                     \
+#define AMPGRAD_EMU_ATOMIC_BITS(T)                                                    \
   inline T atomicAnd(T* p, T v) { return ::ampgrad::emu::atomic_at(p).fetch_and(v); } \
   inline T atomicOr(T* p, T v) { return ::ampgrad::emu::atomic_at(p).fetch_or(v); }   \
   inline T atomicXor(T* p, T v) { return ::ampgrad::emu::atomic_at(p).fetch_xor(v); }

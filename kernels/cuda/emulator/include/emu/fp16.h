@@ -49,9 +49,9 @@ inline bool is_nan(Format f, uint16_t b) {
 /// two around them, with its last bit set. |lo| must be at most half an ulp of hi.
 inline float to_float_odd(double hi, double lo = 0) {
   if (std::isnan(hi) || std::isinf(hi)) return float(hi);
-  const float f = float(hi);  // round to nearest even
-  const double above = double(f) - hi;  // exact (f and hi are within a factor of two) or inf
-  if (!std::isinf(f) && above == lo) return f;  // f is hi + lo exactly
+  const float f = float(hi);                                    // round to nearest even
+  const double above = double(f) - hi;                          // exact (f and hi are within a factor of two) or inf
+  if (!std::isinf(f) && above == lo) return f;                  // f is hi + lo exactly
   const bool f_above = std::isinf(f) ? f > 0 : above - lo > 0;  // f > hi + lo
   uint32_t bits = std::bit_cast<uint32_t>(f);
   if (f == 0.0f) {
@@ -81,11 +81,13 @@ inline uint16_t from_int64_rn(Format f, int64_t v) {
   const uint64_t m = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
   // below 2^53 a double holds m exactly; above, the high 53 bits and the rest, far below
   // half an ulp of a float of that size
-  const float mag = m < (uint64_t(1) << 53) ? to_float_odd(double(m)) : to_float_odd(double(m & ~uint64_t(0x7FF)), double(m & 0x7FF));
+  const float mag =
+      m < (uint64_t(1) << 53) ? to_float_odd(double(m)) : to_float_odd(double(m & ~uint64_t(0x7FF)), double(m & 0x7FF));
   return from_float_rn(f, v < 0 ? -mag : mag);
 }
 inline uint16_t from_uint64_rn(Format f, uint64_t m) {
-  const float mag = m < (uint64_t(1) << 53) ? to_float_odd(double(m)) : to_float_odd(double(m & ~uint64_t(0x7FF)), double(m & 0x7FF));
+  const float mag =
+      m < (uint64_t(1) << 53) ? to_float_odd(double(m)) : to_float_odd(double(m & ~uint64_t(0x7FF)), double(m & 0x7FF));
   return from_float_rn(f, mag);
 }
 
@@ -114,8 +116,10 @@ inline uint16_t from_float(Format f, float v, Rounding r) {
   const bool got_above = got > v;
   const bool want_below = r == Rounding::Down || (r == Rounding::TowardZero && v > 0);
   const bool want_above = r == Rounding::Up || (r == Rounding::TowardZero && v < 0);
-  if (got_above && want_below) b = step(f, b, false);
-  else if (!got_above && want_above) b = step(f, b, true);
+  if (got_above && want_below)
+    b = step(f, b, false);
+  else if (!got_above && want_above)
+    b = step(f, b, true);
   return b;
 }
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 // ---- min and max (CUDA declares them for every integer and floating pair) -------------------------
-#define AMPGRAD_EMU_MIN_MAX(A, B, R)                                     \
+#define AMPGRAD_EMU_MIN_MAX(A, B, R)                                                                               \
   inline R min(A a, B b) { return static_cast<R>(a) < static_cast<R>(b) ? static_cast<R>(a) : static_cast<R>(b); } \
   inline R max(A a, B b) { return static_cast<R>(a) > static_cast<R>(b) ? static_cast<R>(a) : static_cast<R>(b); }
 AMPGRAD_EMU_MIN_MAX(int, int, int)

@@ -15,14 +15,22 @@ struct dim3 {
   constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 
-#define AMPGRAD_EMU_VECTOR_TYPES(T, NAME, A2, A4)                                                 \
-  struct NAME##1 { T x; };                                                                        \
-  struct alignas(A2) NAME##2 { T x, y; };                                                         \
-  struct NAME##3 { T x, y, z; };                                                                  \
-  struct alignas(A4) NAME##4 { T x, y, z, w; };                                                   \
-  constexpr NAME##1 make_##NAME##1(T x) { return {x}; }                                           \
-  constexpr NAME##2 make_##NAME##2(T x, T y) { return {x, y}; }                                   \
-  constexpr NAME##3 make_##NAME##3(T x, T y, T z) { return {x, y, z}; }                           \
+#define AMPGRAD_EMU_VECTOR_TYPES(T, NAME, A2, A4)                       \
+  struct NAME##1 {                                                      \
+    T x;                                                                \
+  };                                                                    \
+  struct alignas(A2) NAME##2 {                                          \
+    T x, y;                                                             \
+  };                                                                    \
+  struct NAME##3 {                                                      \
+    T x, y, z;                                                          \
+  };                                                                    \
+  struct alignas(A4) NAME##4 {                                          \
+    T x, y, z, w;                                                       \
+  };                                                                    \
+  constexpr NAME##1 make_##NAME##1(T x) { return {x}; }                 \
+  constexpr NAME##2 make_##NAME##2(T x, T y) { return {x, y}; }         \
+  constexpr NAME##3 make_##NAME##3(T x, T y, T z) { return {x, y, z}; } \
   constexpr NAME##4 make_##NAME##4(T x, T y, T z, T w) { return {x, y, z, w}; }
 
 AMPGRAD_EMU_VECTOR_TYPES(signed char, char, 2, 4)
@@ -37,9 +45,15 @@ AMPGRAD_EMU_VECTOR_TYPES(double, double, 16, 16)
 #undef AMPGRAD_EMU_VECTOR_TYPES
 
 // uint3 is declared above (the type of threadIdx and blockIdx); the other unsigned vectors.
-struct uint1 { unsigned int x; };
-struct alignas(8) uint2 { unsigned int x, y; };
-struct alignas(16) uint4 { unsigned int x, y, z, w; };
+struct uint1 {
+  unsigned int x;
+};
+struct alignas(8) uint2 {
+  unsigned int x, y;
+};
+struct alignas(16) uint4 {
+  unsigned int x, y, z, w;
+};
 constexpr uint1 make_uint1(unsigned int x) { return {x}; }
 constexpr uint2 make_uint2(unsigned int x, unsigned int y) { return {x, y}; }
 constexpr uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z) { return {x, y, z}; }
