@@ -33,7 +33,9 @@ const char* yes_no(bool b) { return b ? "yes" : "no"; }
 void print_report(const hw::HardwareProfile& p, const std::string& title) {
   std::printf("ampgrad %s hardware report: %s\n\n", AMPGRAD_VERSION_STRING, title.c_str());
   std::printf("build   oneDNN %s, CUDA %s\n\n", p.built_with_onednn ? "on" : "off",
-              p.built_with_cuda ? "built" : "not built");
+              p.cuda_emulated     ? "emulated (kernels run on the CPU, -DAMPGRAD_CUDA=EMULATE)"
+              : p.built_with_cuda ? "built"
+                                  : "not built");
 
   const auto& c = p.cpu;
   std::printf("cpu     %s\n", c.model_name.empty() ? "(unknown model)" : c.model_name.c_str());
@@ -51,6 +53,8 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
   } else {
     for (const auto& d : p.cuda) {
       std::printf("%-8s%s\n", ("cuda:" + std::to_string(d.index)).c_str(), d.name.c_str());
+      if (p.cuda_emulated)
+        std::printf("        cuda: emulated on the CPU, as this GPU (AMPGRAD_CUDA_EMULATOR_DEVICE: sm_90 or sm_80)\n");
       std::printf("        compute capability %s, %.1f GiB, %d SMs\n", d.compute_capability().c_str(),
                   double(d.total_memory) / double(size_t(1) << 30), d.sm_count);
       std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n",

@@ -316,6 +316,14 @@ Backend& cuda_backend(const char*) { return cuda::backend_instance(); }
 
 bool built_with_cuda() { return true; }
 
+bool cuda_emulated() {
+#ifdef AMPGRAD_CUDA_EMULATOR
+  return true;
+#else
+  return false;
+#endif
+}
+
 namespace hw::detail {
 // For the hardware profile: any runtime error (no driver, a device that fails to answer)
 // gives an empty list, never an exception, and the sticky error is cleared.

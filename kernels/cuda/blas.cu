@@ -332,8 +332,8 @@ void launch_add_bias(const Tensor& bias, const Tensor& out, int64_t n_total, int
                      cudaStream_t stream, const char* op) {
   dispatch_floating(out.dtype(), op, [&]<class T>() {
     using D = dev_t<T>;
-    add_bias_rows<D><<<blocks_for(n_total), kThreads, 0, stream>>>(
-        static_cast<D*>(out.raw_data()), static_cast<const D*>(bias.raw_data()), n_total, N, accumulate);
+    launch(add_bias_rows<D>, blocks_for(n_total), kThreads, 0, stream,
+           static_cast<D*>(out.raw_data()), static_cast<const D*>(bias.raw_data()), n_total, N, accumulate);
   });
   check_launch(op, out.device().index);
 }

@@ -1,6 +1,8 @@
 // What every CUDA kernel family shares: the checking macro, the device guard, the current
 // stream, the device-side storage types of the dtypes with their conversions, launch
-// helpers, and the device error slot that index kernels report into.
+// helpers (every launch goes through launch(), launch.cuh), and the device error slot that
+// index kernels report into. Device code is guarded by AMPGRAD_CUDA_DEVICE_CODE, defined
+// under nvcc and in the emulated build (-DAMPGRAD_CUDA=EMULATE).
 //
 // NaN payloads: GPU kernels promise NaN-ness, not bits. A NaN input gives a NaN output
 // wherever the CPU gives one, but its payload and sign may differ (the hardware's
@@ -19,6 +21,7 @@
 
 #include "ampgrad/backend.h"
 #include "cast.h"
+#include "cuda/launch.cuh"
 #include "layout.h"
 
 namespace ampgrad::cuda {
@@ -86,7 +89,7 @@ DeviceError* error_slot(int device_index);
 /// kernel reported an error, and clears it. Called by every host wait of the backend.
 void raise_device_errors(int device_index);
 
-#ifdef __CUDACC__
+#ifdef AMPGRAD_CUDA_DEVICE_CODE
 /// Records an index error from device code (the first one is kept).
 __device__ inline void report_index_error(DeviceError* slot, int op, int64_t value, int64_t bound) {
   if (atomicCAS(&slot->code, 0, op) == 0) {
@@ -134,7 +137,7 @@ using dacc_t = typename DeviceAcc<D>::type;
 template <class D>
 inline constexpr bool is_dev_half_v = std::is_same_v<D, __half> || std::is_same_v<D, __nv_bfloat16>;
 
-#ifdef __CUDACC__
+#ifdef AMPGRAD_CUDA_DEVICE_CODE
 /// Converts between device storage types as the CPU's cast<> does: bool is "!= 0", the
 /// 16-bit floats go through float (round to nearest even, in hardware), a floating value
 /// becomes an integer by float_to_integral, the rest is a static_cast.
@@ -182,7 +185,7 @@ inline unsigned blocks_for(int64_t n, int threads = kThreads) {
 using ampgrad::dispatch_all;
 using ampgrad::dispatch_floating;
 
-#ifdef __CUDACC__
+#ifdef AMPGRAD_CUDA_DEVICE_CODE
 /// The byte offsets of all N operands of L at linear index i (kernels::offset_of for every
 /// operand in one pass of divisions). The loop is unrolled to kMaxLoopDims so that a
 /// layout passed by value is indexed statically and stays in the parameter space.

@@ -284,8 +284,8 @@ void launch_channel_bias(const Tensor& bias, const Tensor& out, bool accumulate,
   if (total == 0) return;
   dispatch_floating(out.dtype(), op, [&]<class T>() {
     using D = dev_t<T>;
-    add_channel_bias<D><<<blocks_for(total), kThreads, 0, stream>>>(
-        static_cast<D*>(out.raw_data()), static_cast<const D*>(bias.raw_data()), total, plane, C, accumulate);
+    launch(add_channel_bias<D>, blocks_for(total), kThreads, 0, stream,
+           static_cast<D*>(out.raw_data()), static_cast<const D*>(bias.raw_data()), total, plane, C, accumulate);
   });
   check_launch(op, out.device().index);
 }
@@ -296,8 +296,8 @@ void bias_grad(const Tensor& grad_out, const Tensor& grad_bias, cudaStream_t str
   AG_CHECK(C <= std::numeric_limits<int>::max(), op, C, " channels are too many for one launch");
   dispatch_floating(grad_bias.dtype(), op, [&]<class T>() {
     using D = dev_t<T>;
-    channel_sums<D><<<unsigned(C), kThreads, 0, stream>>>(static_cast<const D*>(grad_out.raw_data()),
-                                                         static_cast<D*>(grad_bias.raw_data()), N, C, plane);
+    launch(channel_sums<D>, unsigned(C), kThreads, 0, stream,
+           static_cast<const D*>(grad_out.raw_data()), static_cast<D*>(grad_bias.raw_data()), N, C, plane);
   });
   check_launch(op, grad_bias.device().index);
 }
@@ -528,9 +528,8 @@ Tensor CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dP
   const PoolArgs a = pool_args(x.sizes(), out.sizes(), p);
   const int64_t total = out.numel();
   launch_floating(x.dtype(), total, out.device(), "max_pool2d", [&]<class D>(unsigned blocks, cudaStream_t stream) {
-    max_pool_forward<D><<<blocks, kThreads, 0, stream>>>(static_cast<const D*>(x.raw_data()),
-                                                        static_cast<D*>(out.raw_data()), idx.data_ptr<int64_t>(),
-                                                        total, a);
+    launch(max_pool_forward<D>, blocks, kThreads, 0, stream,
+           static_cast<const D*>(x.raw_data()), static_cast<D*>(out.raw_data()), idx.data_ptr<int64_t>(), total, a);
   });
   return idx;
 }
@@ -543,9 +542,9 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor&, con
   const int64_t total = grad_in.numel();
   launch_floating(grad_in.dtype(), total, grad_in.device(), "max_pool2d",
                   [&]<class D>(unsigned blocks, cudaStream_t stream) {
-                    max_pool_backward<D><<<blocks, kThreads, 0, stream>>>(
-                        static_cast<const D*>(grad_out.raw_data()), saved.data_ptr<int64_t>(),
-                        static_cast<D*>(grad_in.raw_data()), total, a);
+                    launch(max_pool_backward<D>, blocks, kThreads, 0, stream,
+                           static_cast<const D*>(grad_out.raw_data()), saved.data_ptr<int64_t>(),
+                           static_cast<D*>(grad_in.raw_data()), total, a);
                   });
 }
 
@@ -553,8 +552,8 @@ void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dPar
   const PoolArgs a = pool_args(x.sizes(), out.sizes(), p);
   const int64_t total = out.numel();
   launch_floating(x.dtype(), total, out.device(), "avg_pool2d", [&]<class D>(unsigned blocks, cudaStream_t stream) {
-    avg_pool_forward<D><<<blocks, kThreads, 0, stream>>>(static_cast<const D*>(x.raw_data()),
-                                                        static_cast<D*>(out.raw_data()), total, a);
+    launch(avg_pool_forward<D>, blocks, kThreads, 0, stream,
+           static_cast<const D*>(x.raw_data()), static_cast<D*>(out.raw_data()), total, a);
   });
 }
 
@@ -563,8 +562,8 @@ void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad
   const int64_t total = grad_in.numel();
   launch_floating(grad_in.dtype(), total, grad_in.device(), "avg_pool2d",
                   [&]<class D>(unsigned blocks, cudaStream_t stream) {
-                    avg_pool_backward<D><<<blocks, kThreads, 0, stream>>>(
-                        static_cast<const D*>(grad_out.raw_data()), static_cast<D*>(grad_in.raw_data()), total, a);
+                    launch(avg_pool_backward<D>, blocks, kThreads, 0, stream,
+                           static_cast<const D*>(grad_out.raw_data()), static_cast<D*>(grad_in.raw_data()), total, a);
                   });
 }
 

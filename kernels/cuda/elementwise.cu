@@ -122,11 +122,11 @@ void launch_map(const char* op, const F& f, const Tensor& out,
   if (dense) {
     const unsigned blocks = blocks_for((L.numel + V - 1) / V);
     [&]<size_t... I>(std::index_sequence<I...>) {
-      map_dense_kernel<O, F, Ins...><<<blocks, kThreads, 0, stream>>>(
-          f, L.numel, reinterpret_cast<O*>(L.base[0]), reinterpret_cast<const Ins*>(L.base[I + 1])...);
+      launch(map_dense_kernel<O, F, Ins...>, blocks, kThreads, 0, stream,
+             f, L.numel, reinterpret_cast<O*>(L.base[0]), reinterpret_cast<const Ins*>(L.base[I + 1])...);
     }(std::index_sequence_for<Ins...>());
   } else {
-    map_strided_kernel<O, F, Ins...><<<blocks_for(L.numel), kThreads, 0, stream>>>(L, f);
+    launch(map_strided_kernel<O, F, Ins...>, blocks_for(L.numel), kThreads, 0, stream, L, f);
   }
   check_launch(op, dev);
 }

@@ -164,10 +164,10 @@ void launch_take(const char* op, int err_op, const Tensor& x, int64_t dim, const
   const cudaStream_t stream = stream_of(out.device());
   const unsigned blocks = blocks_for(L.numel);
   switch (x.itemsize()) {
-    case 1: take_kernel<uint8_t><<<blocks, kThreads, 0, stream>>>(L, n, x_dim_stride, err, err_op); break;
-    case 2: take_kernel<uint16_t><<<blocks, kThreads, 0, stream>>>(L, n, x_dim_stride, err, err_op); break;
-    case 4: take_kernel<uint32_t><<<blocks, kThreads, 0, stream>>>(L, n, x_dim_stride, err, err_op); break;
-    case 8: take_kernel<uint64_t><<<blocks, kThreads, 0, stream>>>(L, n, x_dim_stride, err, err_op); break;
+    case 1: launch(take_kernel<uint8_t>, blocks, kThreads, 0, stream, L, n, x_dim_stride, err, err_op); break;
+    case 2: launch(take_kernel<uint16_t>, blocks, kThreads, 0, stream, L, n, x_dim_stride, err, err_op); break;
+    case 4: launch(take_kernel<uint32_t>, blocks, kThreads, 0, stream, L, n, x_dim_stride, err, err_op); break;
+    case 8: launch(take_kernel<uint64_t>, blocks, kThreads, 0, stream, L, n, x_dim_stride, err, err_op); break;
     default: AG_ERROR(op, "unsupported element size ", x.itemsize());
   }
   check_launch(op, dev);
@@ -203,8 +203,8 @@ void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index,
     DeviceGuard guard(dev, "index_add");
     DeviceError* const err = error_slot(dev);
     const int64_t idx_stride = index.dim() == 0 ? 1 : index.strides()[0];
-    index_add_kernel<D><<<blocks_for(L.numel), kThreads, 0, stream_of(out.device())>>>(
-        L, static_cast<const int64_t*>(index.raw_data()), idx_stride, m, n, o.strides[sd], s.strides[sd], err);
+    launch(index_add_kernel<D>, blocks_for(L.numel), kThreads, 0, stream_of(out.device()),
+           L, static_cast<const int64_t*>(index.raw_data()), idx_stride, m, n, o.strides[sd], s.strides[sd], err);
     check_launch("index_add", dev);
   });
 }
@@ -227,8 +227,8 @@ void CudaBackend::scatter_add(const Tensor& out, int64_t dim, const Tensor& inde
     const int dev = out.device().index;
     DeviceGuard guard(dev, "scatter_add");
     DeviceError* const err = error_slot(dev);
-    scatter_add_kernel<D><<<blocks_for(L.numel), kThreads, 0, stream_of(out.device())>>>(
-        L, len, n, o.strides[sd], s.strides[sd], ix.strides[sd], err);
+    launch(scatter_add_kernel<D>, blocks_for(L.numel), kThreads, 0, stream_of(out.device()),
+           L, len, n, o.strides[sd], s.strides[sd], ix.strides[sd], err);
     check_launch("scatter_add", dev);
   });
 }

@@ -186,11 +186,11 @@ void launch_cross_entropy(const Tensor& x, int64_t classes, int64_t inner, const
   DeviceError* err = error_slot(dev.index);
   if (inner == 1) {
     const dim3 block = row_block(classes);
-    cross_entropy_rows_kernel<D, A><<<grid_for(positions, block.y), block, 0, stream>>>(xp, tp, lp, sp, positions, k,
-                                                                                        err);
+    launch(cross_entropy_rows_kernel<D, A>, grid_for(positions, block.y), block, 0, stream,
+           xp, tp, lp, sp, positions, k, err);
   } else {
-    cross_entropy_cols_kernel<D, A><<<grid_for(positions, kBlockThreads), kBlockThreads, 0, stream>>>(
-        xp, tp, lp, sp, positions, k, err);
+    launch(cross_entropy_cols_kernel<D, A>, grid_for(positions, kBlockThreads), kBlockThreads, 0, stream,
+           xp, tp, lp, sp, positions, k, err);
   }
   check_launch("cross_entropy", dev.index);
 }
@@ -212,11 +212,11 @@ void launch_cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int
   D* gxp = static_cast<D*>(grad_x.raw_data());
   if (inner == 1) {
     const dim3 block = row_block(classes);
-    cross_entropy_backward_rows_kernel<D, A><<<grid_for(positions, block.y), block, 0, stream>>>(gp, xp, tp, sp, gxp,
-                                                                                                 positions, k);
+    launch(cross_entropy_backward_rows_kernel<D, A>, grid_for(positions, block.y), block, 0, stream,
+           gp, xp, tp, sp, gxp, positions, k);
   } else {
-    cross_entropy_backward_cols_kernel<D, A><<<grid_for(positions, kBlockThreads), kBlockThreads, 0, stream>>>(
-        gp, xp, tp, sp, gxp, positions, k);
+    launch(cross_entropy_backward_cols_kernel<D, A>, grid_for(positions, kBlockThreads), kBlockThreads, 0, stream,
+           gp, xp, tp, sp, gxp, positions, k);
   }
   check_launch("cross_entropy", dev.index);
 }

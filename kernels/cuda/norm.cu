@@ -172,11 +172,11 @@ void launch_softmax(const Tensor& x, const Split3& s, const Tensor& out, const c
   D* yp = static_cast<D*>(out.raw_data());
   if (s.inner == 1) {
     const dim3 block = row_block(s.n);
-    softmax_rows_kernel<D, A, kLog><<<grid_for(s.outer, block.y), block, 0, stream>>>(xp, yp, s.outer, s.n);
+    launch(softmax_rows_kernel<D, A, kLog>, grid_for(s.outer, block.y), block, 0, stream, xp, yp, s.outer, s.n);
   } else {
     const dim3 block = col_block(s.n);
     const int64_t tasks = s.outer * ((s.inner + kColWidth - 1) / kColWidth);
-    softmax_cols_kernel<D, A, kLog><<<grid_for(tasks, 1), block, 0, stream>>>(xp, yp, s.outer, s.n, s.inner);
+    launch(softmax_cols_kernel<D, A, kLog>, grid_for(tasks, 1), block, 0, stream, xp, yp, s.outer, s.n, s.inner);
   }
   check_launch(name, dev.index);
 }
@@ -193,12 +193,13 @@ void launch_softmax_backward(const Tensor& grad_out, const Tensor& y, const Spli
   D* gip = static_cast<D*>(grad_in.raw_data());
   if (s.inner == 1) {
     const dim3 block = row_block(s.n);
-    softmax_backward_rows_kernel<D, A, kLog><<<grid_for(s.outer, block.y), block, 0, stream>>>(gp, yp, gip, s.outer, s.n);
+    launch(softmax_backward_rows_kernel<D, A, kLog>, grid_for(s.outer, block.y), block, 0, stream,
+           gp, yp, gip, s.outer, s.n);
   } else {
     const dim3 block = col_block(s.n);
     const int64_t tasks = s.outer * ((s.inner + kColWidth - 1) / kColWidth);
-    softmax_backward_cols_kernel<D, A, kLog><<<grid_for(tasks, 1), block, 0, stream>>>(gp, yp, gip, s.outer, s.n,
-                                                                                        s.inner);
+    launch(softmax_backward_cols_kernel<D, A, kLog>, grid_for(tasks, 1), block, 0, stream,
+           gp, yp, gip, s.outer, s.n, s.inner);
   }
   check_launch(name, dev.index);
 }
@@ -331,10 +332,10 @@ void launch_layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, con
   const Device dev = x.device();
   const int64_t rows = x.numel() / inner;
   const dim3 block = row_block(inner);
-  layer_norm_kernel<D, A><<<grid_for(rows, block.y), block, 0, stream_of(dev)>>>(
-      static_cast<const D*>(x.raw_data()), weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
-      bias.defined() ? static_cast<const D*>(bias.raw_data()) : nullptr, static_cast<D*>(y.raw_data()),
-      static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), rows, inner, eps);
+  launch(layer_norm_kernel<D, A>, grid_for(rows, block.y), block, 0, stream_of(dev),
+         static_cast<const D*>(x.raw_data()), weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
+         bias.defined() ? static_cast<const D*>(bias.raw_data()) : nullptr, static_cast<D*>(y.raw_data()),
+         static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), rows, inner, eps);
   check_launch("layer_norm", dev.index);
 }
 
@@ -359,9 +360,9 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
   const A* rp = static_cast<const A*>(rstd.raw_data());
   if (grad_in.defined()) {
     const dim3 block = row_block(inner);
-    layer_norm_grad_in_kernel<D, A><<<grid_for(rows, block.y), block, 0, stream>>>(
-        gp, xp, mp, rp, weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
-        static_cast<D*>(grad_in.raw_data()), rows, inner);
+    launch(layer_norm_grad_in_kernel<D, A>, grid_for(rows, block.y), block, 0, stream,
+           gp, xp, mp, rp, weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
+           static_cast<D*>(grad_in.raw_data()), rows, inner);
     check_launch("layer_norm", dev.index);
   }
   if (!gw && !gb) return;
@@ -383,15 +384,15 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
     if (gw) pw = base;
     if (gb) pb = base + (gw ? K * inner : 0);
   }
-  layer_norm_params_kernel<D, A><<<grid, block, 0, stream>>>(gp, xp, mp, rp, rows, inner, K, pw, pb, gw, gb);
+  launch(layer_norm_params_kernel<D, A>, grid, block, 0, stream, gp, xp, mp, rp, rows, inner, K, pw, pb, gw, gb);
   check_launch("layer_norm", dev.index);
   if (K > 1) {
     for (int pass = 0; pass < 2; ++pass) {
       A* src = pass == 0 ? pw : pb;
       D* dst = pass == 0 ? gw : gb;
       if (!dst) continue;
-      layer_norm_params_merge_kernel<D, A><<<grid_for(inner, kBlockThreads), kBlockThreads, 0, stream>>>(src, K, inner,
-                                                                                                       dst);
+      launch(layer_norm_params_merge_kernel<D, A>, grid_for(inner, kBlockThreads), kBlockThreads, 0, stream,
+             src, K, inner, dst);
       check_launch("layer_norm", dev.index);
     }
   }

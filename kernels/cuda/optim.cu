@@ -228,7 +228,7 @@ void advance_all(const OptimizerLists& l, const float* found_inf, cudaStream_t s
   for (size_t k = 0; k < l.steps.size(); ++k) {
     s.step[s.n++] = static_cast<int64_t*>(l.steps[k].raw_data());
     if (s.n == kMaxTensors || k + 1 == l.steps.size()) {
-      advance_steps<<<1, kMaxTensors, 0, stream>>>(s, found_inf);
+      launch(advance_steps, 1, kMaxTensors, 0, stream, s, found_inf);
       check_launch(op, dev);
       s.n = 0;
     }
@@ -258,7 +258,10 @@ void fused_step(const OptimizerLists& l, const char* op, const float* found_inf,
                 const Launch& launch) {
   const Device dev = l.params[0].device();
   const cudaStream_t stream = stream_of(dev);
-  for (const auto& [dtype, idx] : by_dtype(l.params)) {
+  // named, not a structured binding: the lambdas below capture them (clang before 16 refuses)
+  for (const auto& group : by_dtype(l.params)) {
+    const DType dtype = group.first;
+    const std::vector<size_t>& idx = group.second;
     std::vector<int64_t> numels;
     std::vector<int64_t*> steps;
     for (size_t k : idx) {
@@ -297,7 +300,7 @@ void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
         }
       },
       [&]<class D>(const TensorChunks<4>& m, int blocks, cudaStream_t stream) {
-        sgd_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+        launch(sgd_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
 
@@ -320,7 +323,7 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
         }
       },
       [&]<class D>(const TensorChunks<5>& m, int blocks, cudaStream_t stream) {
-        adam_kernel<D><<<blocks, kOptThreads, 0, stream>>>(m, a);
+        launch(adam_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
 
@@ -407,8 +410,9 @@ void check_list(const TensorList& xs, const char* op) {
 // Runs f.template operator()<T>(idx) for the indices of each dtype's tensors in xs.
 template <class F>
 void for_each_dtype(const TensorList& xs, const char* op, const F& f) {
-  for (const auto& [dtype, idx] : by_dtype(xs)) {
-    dispatch_floating(dtype, op, [&]<class T>() { f.template operator()<T>(idx); });
+  for (const auto& group : by_dtype(xs)) {
+    const std::vector<size_t>& idx = group.second;  // captured: not a structured binding (clang before 16)
+    dispatch_floating(group.first, op, [&]<class T>() { f.template operator()<T>(idx); });
   }
 }
 
@@ -430,7 +434,7 @@ void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, co
     for_each_pack<1>(
         idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
-          scale_check_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, f, const_cast<float*>(flag));
+          launch(scale_check_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, f, const_cast<float*>(flag));
           check_launch(kOp, dev.index);
         });
   });
@@ -458,12 +462,12 @@ void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
     for_each_pack<1>(
         idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
-          square_sum_kernel<dev_t<T>><<<blocks, kOptThreads, 0, stream>>>(m, part, filled);
+          launch(square_sum_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, part, filled);
           check_launch(kOp, dev.index);
           filled += blocks;
         });
   });
-  sum_partials<<<1, kOptThreads, 0, stream>>>(part, filled, static_cast<float*>(out.raw_data()));
+  launch(sum_partials, 1, kOptThreads, 0, stream, part, filled, static_cast<float*>(out.raw_data()));
   check_launch(kOp, dev.index);
 }
 
@@ -477,8 +481,8 @@ void CudaBackend::update_scale(const Tensor& scale, const Tensor& growth_tracker
   const float* flag = flag_ptr(found_inf, kOp);
   const Device dev = scale.device();
   DeviceGuard guard(dev.index, kOp);
-  update_scale_kernel<<<1, 1, 0, stream_of(dev)>>>(static_cast<double*>(scale.raw_data()),
-                                                   static_cast<int64_t*>(growth_tracker.raw_data()), flag, rule);
+  launch(update_scale_kernel, 1, 1, 0, stream_of(dev),
+         static_cast<double*>(scale.raw_data()), static_cast<int64_t*>(growth_tracker.raw_data()), flag, rule);
   check_launch(kOp, dev.index);
 }
 

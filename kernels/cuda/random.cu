@@ -103,9 +103,9 @@ void launch_random(const char* op, const Tensor& out, const Gen& gen) {
   DeviceGuard guard(dev, op);
   const cudaStream_t stream = stream_of(out.device());
   if (kernels::is_dense(L, 0, sizeof(D)))
-    random_kernel<true, D><<<blocks_for(L.numel), kThreads, 0, stream>>>(L, gen);
+    launch(random_kernel<true, D, Gen>, blocks_for(L.numel), kThreads, 0, stream, L, gen);
   else
-    random_kernel<false, D><<<blocks_for(L.numel), kThreads, 0, stream>>>(L, gen);
+    launch(random_kernel<false, D, Gen>, blocks_for(L.numel), kThreads, 0, stream, L, gen);
   check_launch(op, dev);
 }
 

@@ -458,13 +458,13 @@ void run_reduce(const char* name, const Tensor& x, const Plan& p, const Red& red
     partial = empty({int64_t(sizeof(State)) * p.M * K}, TensorOptions().dtype(kUInt8).device(dev));
     pp = static_cast<State*>(partial.raw_data());
   }
-  if (columns) reduce_cols_kernel<D><<<grid, block, 0, stream>>>(xp, p, red, out, K, pp);
-  else reduce_rows_kernel<D><<<grid, block, 0, stream>>>(xp, p, red, out, K, pp);
+  if (columns) launch(reduce_cols_kernel<D, Red, Out>, grid, block, 0, stream, xp, p, red, out, K, pp);
+  else launch(reduce_rows_kernel<D, Red, Out>, grid, block, 0, stream, xp, p, red, out, K, pp);
   check_launch(name, dev.index);
   if (K > 1) {
     const int G = pow2_at_least((K + 3) / 4, kRowThreads);
-    reduce_merge_kernel<<<grid_for(p.M, kRowThreads / G), dim3(unsigned(G), unsigned(kRowThreads / G)), 0, stream>>>(
-        p, red, out, K, pp);
+    launch(reduce_merge_kernel<Red, Out>, grid_for(p.M, kRowThreads / G), dim3(unsigned(G), unsigned(kRowThreads / G)), 0, stream,
+           p, red, out, K, pp);
     check_launch(name, dev.index);
   }
   // `partial` is freed on the stream after the kernels that use it.

@@ -6,6 +6,7 @@
 namespace ampgrad {
 Backend& cuda_backend(const char* op) { AG_ERROR(op, "ampgrad was built without CUDA"); }
 bool built_with_cuda() { return false; }
+bool cuda_emulated() { return false; }
 namespace hw::detail {
 std::vector<CudaDevice> query_cuda_devices() { return {}; }
 }  // namespace hw::detail

@@ -24,7 +24,9 @@ inline std::shared_ptr<ag::nn::Sequential> mlp() {
 
 #define AGT_NEED_NCCL()                                                                          \
   if (std::getenv("AMPGRAD_DIST_CASE") != nullptr) GTEST_SKIP() << "a failure case runs alone"; \
-  if (!ag::dist::built_with_nccl()) AGT_SKIP_BUILD() << "built without NCCL";                  \
+  if (!ag::dist::built_with_nccl())                                                              \
+    AGT_SKIP_BUILD() << (ag::hw::query().cuda_emulated ? "emulated CUDA build: NCCL is not emulated" \
+                                                       : "built without NCCL");                     \
   if (ag::hw::query().cuda.empty()) AGT_SKIP_HARDWARE() << "no CUDA device";                    \
   if (int(ag::hw::query().cuda.size()) <= nccl_cases::group().local_rank())                      \
   AGT_SKIP_HARDWARE() << "no CUDA device for this rank"

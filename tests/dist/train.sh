@@ -17,7 +17,7 @@ launch=("$mpiexec" -np 2 --oversubscribe --allow-run-as-root --mca btl self,vade
 fail() { echo "FAIL: $*"; exit 1; }
 run_dir="$dir/run"
 "$(dirname "$0")/../trainer/small_data.py" "$dir/data"
-exe=("$exe" --data "$dir/data" --batch-size 16)
+exe=("$exe" --data "$dir/data" --batch-size 16 --accelerator cpu)  # MPI over CPU tensors, whatever the build has
 
 # 1. Two epochs, keep 1.
 timeout 600 "${launch[@]}" "${exe[@]}" --strategy ddp --model mlp --epochs 2 --save "$run_dir" --keep 1 \

@@ -165,12 +165,17 @@ std::pair<Precision, std::string> auto_precision(const std::vector<Device>& devi
   const std::string who = "cuda:" + std::to_string(weakest->index) + " (" + weakest->name + ", compute capability " +
                           weakest->compute_capability() + ")" +
                           (devices.size() > 1 ? ", the weakest of the " + std::to_string(devices.size()) + " in use," : "");
-  if (weakest->bf16_native()) return {Precision::MixedBF16, "auto: " + who + " has native bfloat16 (8.0+)"};
+  // An emulated device decides as the GPU it emulates: the emulated build tests that GPU's path.
+  const std::string emulated =
+      profile.cuda_emulated ? " (emulated on the CPU, which decides as that GPU would)" : "";
+  if (weakest->bf16_native())
+    return {Precision::MixedBF16, "auto: " + who + " has native bfloat16 (8.0+)" + emulated};
   if (weakest->fp16_tensor_cores())
     return {Precision::Mixed16, "auto: " + who +
                                     " has float16 tensor cores but no native bfloat16 (8.0+); float16 needs the "
-                                    "grad scaler"};
-  return {Precision::True32, "auto: " + who + " has no float16 tensor cores (7.0+) and no native bfloat16 (8.0+)"};
+                                    "grad scaler" + emulated};
+  return {Precision::True32,
+          "auto: " + who + " has no float16 tensor cores (7.0+) and no native bfloat16 (8.0+)" + emulated};
 }
 
 }  // namespace

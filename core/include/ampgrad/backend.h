@@ -476,6 +476,9 @@ Backend& cpu_backend();
 Backend& cuda_backend(const char* op);
 /// True when this build includes the CUDA backend.
 bool built_with_cuda();
+/// True when that backend runs on the CUDA emulator (-DAMPGRAD_CUDA=EMULATE: its kernels
+/// compiled as C++ and run on the CPU; docs/cuda-emulator.md).
+bool cuda_emulated();
 /// True when this build includes oneDNN.
 bool built_with_onednn();
 /// The backend of the accelerator that pins host memory and copies from it (CUDA, when

@@ -20,6 +20,7 @@ const HardwareProfile& query() {
     p.vector_math_isa = vector_math_isa();
     p.built_with_onednn = built_with_onednn();
     p.built_with_cuda = built_with_cuda();
+    p.cuda_emulated = cuda_emulated();
     try {
       p.onednn_isa = detail::onednn_isa();
     } catch (...) {

@@ -61,6 +61,9 @@ struct HardwareProfile {
   std::string vector_math_isa;
   bool built_with_onednn = false;
   bool built_with_cuda = false;
+  /// The CUDA devices are emulated on the CPU (ag::cuda_emulated(): an emulated build); each
+  /// reports the properties of the GPU it emulates, and decisions treat it as that GPU.
+  bool cuda_emulated = false;
   /// Every CUDA device, in index order; empty without CUDA, driver or GPU.
   std::vector<CudaDevice> cuda;
 
