@@ -46,6 +46,12 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who
   state_.emplace_back(groups_.back().params.size());
 }
 
+const Tensor& Optimizer::step_count() const {
+  const Device d = groups_.front().params.front().device();
+  if (step_count_.device() != d) step_count_ = step_count_.to(d);
+  return step_count_;
+}
+
 void Optimizer::require_parameters() const {
   size_t n = 0;
   for (const Group& g : groups_) n += g.params.size();
@@ -74,8 +80,8 @@ void Optimizer::set_lr(size_t group, const Tensor& lr) {
   AG_CHECK(lr.defined() && lr.numel() == 1 && lr.dtype() == kFloat64, "optimizer",
            "a learning-rate tensor must be float64 with one element, got ",
            lr.defined() ? dtype_name(lr.dtype()) : "an undefined tensor");
-  AG_CHECK(lr.device() == step_count_.device(), "optimizer", "the learning rate is on ", lr.device(),
-           " but the parameters are on ", step_count_.device());
+  AG_CHECK(lr.device() == step_count().device(), "optimizer", "the learning rate is on ", lr.device(),
+           " but the parameters are on ", step_count().device());
   groups_[group].lr_tensor = lr;
 }
 
@@ -117,7 +123,7 @@ Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_wei
 
 StateDict Optimizer::state_dict() const {
   StateDict d;
-  d["steps"] = step_count_;
+  d["steps"] = step_count();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
     d[gp + "lr"] = groups_[g].lr_tensor.defined() ? groups_[g].lr_tensor.reshape({}) : scalar_tensor(groups_[g].lr, kFloat64);
@@ -208,7 +214,7 @@ void Optimizer::load_state_dict(const StateDict& d) {
       s.step = step >= 0 ? full({}, step, TensorOptions(kInt64).device(p.device())) : Tensor();
     }
   }
-  step_count_ = full({}, steps, TensorOptions(kInt64).device(step_count_.device()));
+  step_count_ = full({}, steps, TensorOptions(kInt64).device(step_count().device()));
 }
 
 StepResult Optimizer::step(const Tensor& found_inf) {
@@ -269,8 +275,9 @@ StepResult Optimizer::step(const Tensor& found_inf) {
     }
   }
   // The count advances on the device: by one, or by one unless the step was skipped.
-  if (found_inf.defined()) step_count_.add_(eq(found_inf, 0.0).to(kInt64).sum().to(step_count_.device()));
-  else step_count_.add_(1);
+  const Tensor& count = step_count();
+  if (found_inf.defined()) Tensor(count).add_(eq(found_inf, 0.0).to(kInt64).sum().to(count.device()));
+  else Tensor(count).add_(1);
   return found_inf.defined() ? StepResult::unless(found_inf) : StepResult(true);
 }
 

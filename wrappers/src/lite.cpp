@@ -354,9 +354,11 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
 
 LiteOptimizer::LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::LiteCore> core)
     : opt_(&opt),
-      taken_at_setup_(opt.step_count().clone()),
-      skipped_(zeros({}, TensorOptions(kInt64).device(opt.step_count().device()))),
-      skip_run_(zeros({}, TensorOptions(kInt64).device(opt.step_count().device()))),
+      // On Lite's device, where setup_module puts the parameters (it may run after this):
+      // counting on another device would copy every step's flag there, a host sync.
+      taken_at_setup_(opt.step_count().to(core->device).clone()),
+      skipped_(zeros({}, TensorOptions(kInt64).device(core->device))),
+      skip_run_(zeros({}, TensorOptions(kInt64).device(core->device))),
       core_(std::move(core)) {}
 
 StepResult LiteOptimizer::step() {

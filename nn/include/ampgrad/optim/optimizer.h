@@ -57,10 +57,11 @@ class Optimizer {
   void set_lr(double lr);
   std::vector<Tensor> parameters() const;
   /// Steps that updated the parameters (skipped ones not counted): a 0-dim int64 tensor on
-  /// the parameters' device, advanced on the device.
-  const Tensor& step_count() const { return step_count_; }
+  /// the parameters' device, advanced on the device. It follows the parameters when their
+  /// module moves after the optimizer was made (Lite's setup, Module::to): one copy then.
+  const Tensor& step_count() const;
   /// step_count() read on the host (a host sync).
-  int64_t steps() const { return step_count_.item<int64_t>(); }
+  int64_t steps() const { return step_count().item<int64_t>(); }
   /// step() calls so far, skipped ones included: host bookkeeping, an upper bound of steps().
   int64_t step_calls() const { return step_calls_; }
   /// Learning rates, step counts and state. Like PyTorch's, the state tensors are live
@@ -108,7 +109,7 @@ class Optimizer {
 
   std::vector<Group> groups_;
   std::vector<std::vector<ParamState>> state_;
-  Tensor step_count_;
+  mutable Tensor step_count_;  // on the first parameter's device: step_count() moves it there
   int64_t step_calls_ = 0;
 };
 

@@ -205,7 +205,7 @@ class LiteOptimizer {
   friend class Lite;
   optim::Optimizer* opt_ = nullptr;
   Tensor taken_at_setup_;  // the optimizer's step_count() when set up
-  Tensor skipped_;         // int64, 0-dim, on the parameters' device
+  Tensor skipped_;         // int64, 0-dim, on Lite's device (the parameters')
   Tensor skip_run_;        // int64, 0-dim, there too
   std::shared_ptr<detail::LiteCore> core_;
 };
