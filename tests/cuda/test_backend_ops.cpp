@@ -409,7 +409,9 @@ std::vector<Case> all_cases() {
                  Tensor pc = init.to(dt).detach().requires_grad_(true), pg = init.to(dt).to(kGpu).detach().requires_grad_(true);
                  optim::SGD oc({pc}, {.lr = 0.1}), og({pg}, {.lr = 0.1});
                  GradScaler sc({.init_scale = 1024, .growth_interval = 2}), sg({.init_scale = 1024, .growth_interval = 2});
-                 for (int step = 0; step < 6; ++step) {
+                 // The scaler refuses float16 gradients on every device (they cannot hold an
+                 // unscaled value): float16 reaches these kernels through clipping alone.
+                 for (int step = 0; dt != kFloat16 && step < 6; ++step) {
                    Tensor g = agt::rand64({4097}, -1, 1, false) * 1024.0;
                    if (step == 3) g = where(gt(g, 900.0), full({4097}, INFINITY, kFloat64), g);  // an overflow
                    pc.set_grad(g.to(dt));
