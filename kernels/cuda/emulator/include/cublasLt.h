@@ -2,7 +2,8 @@
 // (kernels/cuda/blas.cu, bench/cuda/bench_cuda.cpp), with NVIDIA's names, types and
 // enumerator values, so that the same sources compile against it. The functions run plain
 // reference loops on the host (src/cublaslt.cpp) and queue their work on the given stream;
-// docs/cuda-emulator-libraries.md says how each descriptor is read and what is refused.
+// docs/cuda-emulator.md (its cuBLASLt and cuDNN section) says how each descriptor is read
+// and what is refused.
 #pragma once
 
 #include <stddef.h>

@@ -2,7 +2,8 @@
 // cudnn_cnn.h) that ampgrad calls (kernels/cuda/conv.cu): the legacy convolution API on
 // NCHW tensors, with NVIDIA's names, types and enumerator values. The functions run plain
 // reference loops on the host (src/cudnn.cpp) and queue their work on the handle's stream;
-// docs/cuda-emulator-libraries.md says how each descriptor is read and what is refused.
+// docs/cuda-emulator.md (its cuBLASLt and cuDNN section) says how each descriptor is read
+// and what is refused.
 #pragma once
 
 #include <stddef.h>

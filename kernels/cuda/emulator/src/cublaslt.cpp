@@ -1,7 +1,7 @@
 // The emulated cuBLASLt (include/cublasLt.h): descriptors read as NVIDIA's API reference
 // defines them, the argument checks the library makes, and cublasLtMatmul as plain loops
-// queued on the stream. docs/cuda-emulator-libraries.md lists what is interpreted how and
-// what is refused.
+// queued on the stream. docs/cuda-emulator.md (its cuBLASLt and cuDNN section) lists what
+// is interpreted how and what is refused.
 #include <cublasLt.h>
 
 #include <cmath>

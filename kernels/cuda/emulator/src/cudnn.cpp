@@ -1,7 +1,8 @@
 // The emulated cuDNN (include/cudnn.h): tensor, filter and convolution descriptors read as
 // NVIDIA's API reference defines them, the checks the library makes, and the three legacy
 // convolution calls as plain loops queued on the handle's stream.
-// docs/cuda-emulator-libraries.md lists what is interpreted how and what is refused.
+// docs/cuda-emulator.md (its cuBLASLt and cuDNN section) lists what is interpreted how and
+// what is refused.
 #include <cudnn.h>
 
 #include <cstdint>
