@@ -3,7 +3,9 @@ JOBS ?= 2
 BUILD ?= build/release
 BUILD_LITE ?= build/lite
 # clang with AddressSanitizer, UndefinedBehaviorSanitizer and the libFuzzer targets (Eigen
-# only: oneDNN's JIT, the CUDA runtime and OpenMPI are not built for the sanitizers).
+# and the CUDA emulator: oneDNN's JIT, the CUDA runtime and OpenMPI are not built for the
+# sanitizers; the emulator's device memory is exact-size heap blocks, so an out-of-bounds
+# access in a CUDA kernel is reported with the kernel's frame).
 BUILD_SAN ?= build/sanitize
 FUZZ_SECONDS ?= 120
 # make test's fuzz smoke: each libFuzzer target for this long.
@@ -34,16 +36,18 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The lightest embedding: Eigen alone, no oneDNN, no CUDA, no MPI.
+# The light configuration: Eigen alone, no oneDNN, no MPI, and the CUDA backend on the CUDA
+# emulator (docs/cuda-emulator.md), so that every CUDA test runs here without a GPU. (A
+# build without CUDA at all is its consumer.add_subdirectory test: tests/consumer.)
 build-lite: deps
-	@cmake -S . -B $(BUILD_LITE) -DCMAKE_BUILD_TYPE=Release -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF -DAMPGRAD_MPI=OFF \
-	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD_LITE) -DCMAKE_BUILD_TYPE=Release -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=EMULATE -DAMPGRAD_MPI=OFF \
+	  -DAMPGRAD_BUILD_BENCH=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD_LITE) -j $(JOBS)
 
 configure-sanitize: deps
 	@cmake -S . -B $(BUILD_SAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
 	  -DCMAKE_CXX_COMPILER=clang++ \
-	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=OFF -DAMPGRAD_MPI=OFF \
+	  -DAMPGRAD_SANITIZE=address,undefined -DAMPGRAD_FUZZ=ON -DAMPGRAD_ONEDNN=OFF -DAMPGRAD_CUDA=EMULATE -DAMPGRAD_MPI=OFF \
 	  -DAMPGRAD_BUILD_BENCH=OFF -DAMPGRAD_BUILD_EXAMPLES=OFF >/dev/null
 
 build-sanitize: configure-sanitize
@@ -69,11 +73,11 @@ TIMED = scripts/timed $(STAGES)
 test:
 	@rm -f $(STAGES)
 	@$(TIMED) "build (full)" $(MAKE) --no-print-directory build
-	@$(TIMED) "build (Eigen-only)" $(MAKE) --no-print-directory build-lite
+	@$(TIMED) "build (Eigen-only, emulated CUDA)" $(MAKE) --no-print-directory build-lite
 	@$(TIMED) "build (fuzzers)" $(MAKE) --no-print-directory build-fuzzers
 	@$(TIMED) "test tools (PyPI)" $(MAKE) --no-print-directory test-deps
-	@echo "== ctest: Eigen-only build ($(BUILD_LITE)) =="
-	@JOBS=$(JOBS) $(TIMED) "ctest (Eigen-only)" scripts/run-ctest $(BUILD_LITE) -E 'Exhaustive|TrainE2E.LiteMixedPrecisions'
+	@echo "== ctest: Eigen-only build with the CUDA emulator ($(BUILD_LITE)) =="
+	@JOBS=$(JOBS) $(TIMED) "ctest (Eigen-only, emulated CUDA)" scripts/run-ctest $(BUILD_LITE) -E 'Exhaustive|TrainE2E.LiteMixedPrecisions'
 	@echo "== fuzz smoke: each target for $(FUZZ_SMOKE_SECONDS) s ($(BUILD_SAN)) =="
 	@$(TIMED) "fuzz smoke" scripts/fuzz $(BUILD_SAN) $(FUZZ_SMOKE_SECONDS)
 	@echo "== ctest: full build ($(BUILD)) =="
