@@ -77,6 +77,30 @@ TEST(Autograd, InPlaceOnLeafAndThroughGraph) {
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{6, 6}));
 }
 
+// In-place ops whose backward reads the tensor they modify (mul_ by a tensor that requires
+// grad reads it for that tensor's gradient; clamp_ reads it for its mask) keep the value it
+// had, as PyTorch's do; they used to save the tensor itself, and backward then threw that
+// it had been modified in place.
+TEST(Autograd, InPlaceOpsWhoseBackwardReadsTheModifiedTensor) {
+  const Tensor x = agt::rand64({2, 3}), w = agt::rand64({3}, 0.5, 2);
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    Tensor a = t[0] * 1.0;
+    a.mul_(t[1]);
+    return a;
+  }, {x, w}));
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    Tensor a = t[0] * 2.0;
+    a.clamp_(-0.5, 0.75);
+    return a * t[0];
+  }, {x}));
+  // a constant modified in place by a tensor that requires grad
+  EXPECT_TRUE(agt::gradcheck([&](const TL& t) {
+    Tensor a = x.detach() + 0.0;
+    a.mul_(t[0]);
+    return a;
+  }, {w}));
+}
+
 TEST(Autograd, NoGradGuardDetachAndRequiresGrad) {
   Tensor x = ones({2}).requires_grad_();
   {
