@@ -224,14 +224,17 @@ std::optional<Bf16TileScope> bf16_tiles() {
 // bfloat16 pairs then (tile_gemm_bf16 takes every product attention asks of it when the
 // head sizes are at most 256: stripes of at most 64 rows start at even rows, and an odd
 // inner dimension only ends at a matrix's last row), so nothing is widened to float,
-// and k^T and v^T are packed straight from k's and v's rows.
+// and k^T and v^T are packed straight from k's and v's rows. Causal attention with more
+// keys than queries is left out: there a block's visible keys end at its last query, before
+// the last key, and an odd count of them is an odd inner dimension that tile_gemm_bf16
+// declines, which a direct entry, without float rows, could not fall back from.
 template <class T>
-bool direct_bf16(const Dims& d, std::initializer_list<const Tensor*> ts) {
+bool direct_bf16(const Dims& d, bool causal, std::initializer_list<const Tensor*> ts) {
   if constexpr (!std::is_same_v<T, BFloat16>) {
-    (void)d, (void)ts;
+    (void)d, (void)causal, (void)ts;
     return false;
   } else {
-    if (!tile_gemm_bf16_available() || d.D > 256 || d.Dv > 256) return false;
+    if (!tile_gemm_bf16_available() || d.D > 256 || d.Dv > 256 || (causal && d.Tk > d.Tq)) return false;
     for (const Tensor* t : ts)
       if (!(t->stride(-1) == 1 || t->size(-1) <= 1) || t->stride(-2) < std::max<int64_t>(t->size(-1), 1)) return false;
     return true;
@@ -513,7 +516,7 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
   char* out_base = static_cast<char*>(out.raw_data());
   const int64_t out_rs = out.stride(-2);  // rows are unit-stride (Backend::attention)
   A* lse_base = static_cast<A*>(lse.raw_data());
-  const bool direct = direct_bf16<T>(d, {&q, &k, &v});
+  const bool direct = direct_bf16<T>(d, p.causal, {&q, &k, &v});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
     const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;
@@ -586,7 +589,7 @@ void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Te
   const bool drop = p.dropout_p > 0;
   const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
   const A* lse_base = static_cast<const A*>(lse.raw_data());
-  const bool direct = direct_bf16<T>(d, {&q, &k, &v, &grad_out, &out});
+  const bool direct = direct_bf16<T>(d, p.causal, {&q, &k, &v, &grad_out, &out});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
     const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
     Widened<A> w;

@@ -246,6 +246,28 @@ TEST(Attention, DtypeGridAgainstFloat64) {
   }
 }
 
+// Causal attention with more keys than queries in bfloat16: a query block's visible keys
+// end before the last key, an odd count when the block has an odd number of queries. Read
+// in place (CPUs with AVX512-BF16), that product was declined with no float rows to fall
+// back on, and the kernel read through a null pointer.
+TEST(Attention, Bfloat16CausalWithMoreKeysThanQueries) {
+  manual_seed(11);
+  for (const auto& [Tq, Tk] : std::vector<std::pair<int64_t, int64_t>>{{1, 2}, {3, 4}, {2, 5}, {5, 9}, {65, 70}}) {
+    SCOPED_TRACE("Tq " + std::to_string(Tq) + ", Tk " + std::to_string(Tk));
+    const Tensor q = randf({2, Tq, 3}, kFloat64), k = randf({2, Tk, 3}, kFloat64), v = randf({2, Tk, 2}, kFloat64),
+                 w = randf({2, Tq, 2}, kFloat64);
+    auto run = [&](DType dt) {
+      TL in = {q.to(dt).detach().requires_grad_(), k.to(dt).detach().requires_grad_(), v.to(dt).detach().requires_grad_()};
+      const Tensor out = sdpa(in[0], in[1], in[2], true);
+      sum(out.to(kFloat64) * w).backward();
+      return TL{out, in[0].grad(), in[1].grad(), in[2].grad()};
+    };
+    const TL ref = run(kFloat64), got = run(kBFloat16);
+    for (size_t i = 0; i < got.size(); ++i)  // as in DtypeGridAgainstFloat64
+      EXPECT_TRUE(agt::allclose(got[i], ref[i], 0.05, 0.05)) << "output " << i << " (0: out, 1-3: dq, dk, dv)";
+  }
+}
+
 TEST(Attention, RowsThatSeeNoKeyGiveZeroOutputAndGradient) {
   manual_seed(5);
   const int64_t Tq = 6, Tk = 70, D = 4;
