@@ -5,10 +5,10 @@
 // Well-conditioned inputs. Leaves hold values in [-2, 2] or in [0.5, 2] (three decimals, so
 // that programs print short). The generator runs each op in float64 as it adds it and keeps
 // it only when every output is finite and at most kMaxAbs in magnitude and its guard holds:
-//  * domains: sqrt, rsqrt, log, non-integer powers and the base of pow see values >= 0.05,
-//    log1p values >= -0.9, reciprocal and divisors magnitudes >= 0.1, exp values <= 4 (the
-//    generator picks such an input, or makes one: a positive leaf, sigmoid(x) + 0.2, or x
-//    shifted by a constant);
+//  * domains: sqrt, rsqrt, log, non-integer powers and the base of pow see values of at
+//    least 0.05 and 0.05 * max |x|, reciprocal and divisors magnitudes of at least 0.1 and
+//    0.05 * max |x|, log1p values >= -0.9, exp values <= 4 (the generator picks such an
+//    input, or makes one: a positive leaf, sigmoid(x) + 0.2, or x shifted by a constant);
 //  * kinks, where finite differences and a lower precision would cross the point where the
 //    derivative jumps: the input of relu, abs, sign, norm with p = 1, the relu of linear,
 //    feed_forward and conv2d_block, the two operands of maximum and minimum, clamp's bounds
@@ -26,9 +26,9 @@
 // steps of 1e-6, far below these margins); float32 gradients against float64's, and those of
 // a run under autocast to bfloat16 against float32's, normwise per leaf (compare_grads). A
 // lower precision is compared only where every kink took the branch it took in float64
-// (relu's sign pattern, max's winners, dropout's zeros, ...), and bfloat16 neither where an
-// op's bfloat16 gradient is rounding noise (a one-hot attention row) nor for a leaf whose
-// float64 gradient is 0; such comparisons are counted as skipped.
+// (relu's sign pattern, max's winners, dropout's zeros, ...), and bfloat16 not where an op's
+// bfloat16 gradient is rounding noise (a one-hot attention row); such programs are counted
+// as skipped. A leaf whose float64 gradient is 0 is compared only against finite differences.
 //
 // Left out of the generator:
 //  * in-place ops on a view, or on a tensor that a view was taken of: the engine does not
@@ -157,6 +157,12 @@ bool all_finite(const Tensor& t) {
 
 // Every element of d at least m from 0.
 bool away(const Tensor& d, double m) { return min_abs(d) >= m; }
+
+// Inputs of log, sqrt, rsqrt and non-integer powers, and divisors: away from 0 also in
+// proportion to the tensor's largest element (small values that come from cancelling
+// larger ones keep their rounding error, which these ops amplify).
+bool positive_ok(const Tensor& x) { return min_val(x) >= std::max(0.05, 0.05 * max_abs(x)); }
+bool nonzero_ok(const Tensor& x) { return min_abs(x) >= std::max(0.1, 0.05 * max_abs(x)); }
 
 }  // namespace
 
@@ -715,8 +721,8 @@ enum class Dom { Any, Positive, Nonzero, ExpArg, Log1pArg, Kink };
 
 bool dom_ok(Dom dom, const Tensor& x) {
   switch (dom) {
-    case Dom::Positive: return min_val(x) >= 0.05;
-    case Dom::Nonzero: return min_abs(x) >= 0.1;
+    case Dom::Positive: return positive_ok(x);
+    case Dom::Nonzero: return nonzero_ok(x);
     case Dom::ExpArg: return max_val(x) <= 4;
     case Dom::Log1pArg: return min_val(x) >= -0.9;
     case Dom::Kink: return away(x, margin_of(x));
@@ -859,7 +865,7 @@ void add_binary_ops(std::vector<OpDef>& t) {
       if (min_abs(g.val(b).t) < 0.2) b = g.away_from_zero(b, 0.2);
       return b >= 0 && g.emit(Op{"div", {a, b}, {}, {}});
     };
-    d.guard = [](const TL& in, const TL&, const Op&) { return min_abs(in[1]) >= 0.1; };
+    d.guard = [](const TL& in, const TL&, const Op&) { return nonzero_ok(in[1]); };
     t.push_back(d);
   }
   for (const std::string name : {"maximum", "minimum"}) {
@@ -908,7 +914,7 @@ void add_binary_ops(std::vector<OpDef>& t) {
       const int b = g.partner(a, [](const Value& v) { return max_abs(v.t) <= 3; });
       return g.emit(Op{"pow", {a, b}, {}, {}});
     };
-    d.guard = [](const TL& in, const TL&, const Op&) { return min_val(in[0]) >= 0.05; };
+    d.guard = [](const TL& in, const TL&, const Op&) { return positive_ok(in[0]); };
     t.push_back(d);
   }
 }
@@ -1160,8 +1166,8 @@ void add_elementwise(std::vector<OpDef>& t) {
     };
     d.guard = [](const TL& in, const TL&, const Op& op) {
       const double e = op.d("exponent");
-      if (e != std::floor(e)) return min_val(in[0]) >= 0.05;
-      return e > 0 || min_abs(in[0]) >= 0.1;
+      if (e != std::floor(e)) return positive_ok(in[0]);
+      return e > 0 || nonzero_ok(in[0]);
     };
     t.push_back(d);
   }
@@ -2338,7 +2344,7 @@ void add_inplace_arith(std::vector<OpDef>& t) {
         if (base == "add") set_d(op, "alpha", g.coin(0.7) ? 1.0 : -0.5);
         return g.emit(op);
       };
-      if (base == "div" && !scalar) d.guard = [](const TL& in, const TL&, const Op&) { return min_abs(in[1]) >= 0.1; };
+      if (base == "div" && !scalar) d.guard = [](const TL& in, const TL&, const Op&) { return nonzero_ok(in[1]); };
       t.push_back(d);
     }
   }
@@ -2714,10 +2720,10 @@ double dtype_growth(int ops) { return 4 * std::sqrt(double(std::max(ops, 1))); }
 // normwise per leaf, ||got - ref|| <= growth * (rtol ||ref|| + atol sqrt(n)) + kSensitivity
 // ||rounded - ref||, where rounded is the wider run on leaves rounded to dt: how far
 // rounding to dt's precision moves the gradient (an ill-conditioned graph moves it far).
-// exact: the float64 gradients, for bfloat16. A leaf whose gradient is 0 in float64 (a
-// function constant in it, such as log_softmax over copies of one value, or 1/x @ x in x;
-// a query that sees one key in attention) is left out there: its bfloat16 gradient is the
-// rounding of the terms that cancel, which bfloat16 cannot resolve.
+// exact: the float64 gradients. A leaf whose gradient is 0 in float64 (a function constant
+// in it, such as log_softmax over copies of one value, 1/x @ x in x, attention's keys when
+// there is one) is left out: its gradient in dt is the rounding error of the terms that
+// cancel, relative to their size, not to the gradient's.
 constexpr double kSensitivity = 4;
 ::testing::AssertionResult compare_grads(const TL& ref, const TL& rounded, const TL& got, ag::DType dt, int ops,
                                          const TL* exact = nullptr) {
@@ -2794,7 +2800,7 @@ RunResult traced_run(const Program& p, ag::DType dtype, bool autocast, std::opti
   const RunResult r = forward_backward(f, ref, wide, false, dt);
   const RunResult b = forward_backward(f, ref, dt, autocast);
   const RunResult e = forward_backward(f, ref, ag::kFloat64, false);
-  return compare_grads(a.grads, r.grads, b.grads, dt, ops, autocast ? &e.grads : nullptr);
+  return compare_grads(a.grads, r.grads, b.grads, dt, ops, &e.grads);
 }
 
 bool bfloat16_available() {
@@ -2848,7 +2854,7 @@ Outcome check(const Program& p, const CheckOptions& opts) {
     if (opts.float32) {
       if (!same_branches(r64.branches, r32.branches) || !same_branches(r64.branches, r64r.branches)) {
         ++oc.skipped_float32;
-      } else if (auto c = compare_grads(r64.grads, r64r.grads, r32.grads, ag::kFloat32, ops); !c) {
+      } else if (auto c = compare_grads(r64.grads, r64r.grads, r32.grads, ag::kFloat32, ops, &r64.grads); !c) {
         return fail("float32", c.message());
       }
     }

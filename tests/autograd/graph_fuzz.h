@@ -9,11 +9,13 @@
 // and replays (ampgrad_graph_fuzz --replay FILE) and what scripts/graph-fuzz-vs-torch runs
 // through PyTorch:
 //
-//   v0 = leaf float [2,3] grad=1 data=0.25,-1.5,...
-//   v1 = leaf int [2] data=0,2
+//   # ampgrad graph fuzz program, seed 7
+//   v0 = leaf kind=float shape=2,3 grad=1 data=0.25,-1.5,1,0.5,2,-0.75
+//   v1 = leaf kind=int shape=2,1 data=1,0
 //   v2 = sum v0 dims=1 keepdim=1
 //   v3 v4 = split v0 size=2 dim=1
-//   out v2 v3
+//   v5 = gather v3 v1 dim=1        (an op's inputs, then its attributes)
+//   out v2 v5 v4
 //
 // Inputs stay where the ops are smooth (tests/autograd/graph_fuzz.cpp says how), so that
 // finite differences and lower precisions are meaningful.
@@ -21,8 +23,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,7 +68,7 @@ std::string to_text(const Program& p);
 /// Parses to_text's form; throws std::runtime_error naming the line.
 Program from_text(const std::string& text);
 /// The program as a GoogleTest test to paste into a test file: its leaves, a lambda with
-/// its ops, and the check that failed (`stage`: "float64", "float32" or "bfloat16").
+/// its ops, and the check of the stage that failed (Outcome::stage).
 std::string to_cpp(const Program& p, const std::string& test_name, const std::string& stage);
 
 /// The program's leaves (in the order they are defined) as tensors: floating ones in dtype
@@ -93,7 +93,9 @@ ag::Tensor output_gradient(int64_t k, const std::vector<int64_t>& shape, ag::DTy
 
 struct Outcome {
   bool ok = true;
-  std::string stage;    // failing stage: "float64" (a throw or finite differences), "float32", "bfloat16"
+  // The failing stage: "forward" or "backward" (float64 threw), "float64" (against finite
+  // differences), "float32", "bfloat16".
+  std::string stage;
   std::string message;
   // Comparisons left out because a lower precision took another branch at a kink (relu,
   // max, ...) than float64 did, where its gradient may rightly differ, or (bfloat16) an op

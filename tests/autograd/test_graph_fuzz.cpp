@@ -40,6 +40,23 @@ TEST_P(GraphFuzz, Seeds) {
 
 INSTANTIATE_TEST_SUITE_P(Block, GraphFuzz, ::testing::Range<uint64_t>(0, kBlocks));
 
+// The blocks' bfloat16 stage runs where the CPU can autocast to bfloat16, and then compares
+// most programs (it leaves out those where bfloat16 would take another branch at a kink or
+// give rounding noise).
+TEST(GraphFuzzTool, Bfloat16StageCompares) {
+  if (!gf::bfloat16_available())
+    AGT_SKIP_HARDWARE() << "autocast to bfloat16 is unsupported on this CPU: the graph fuzz blocks leave their bfloat16 check out";
+  gf::CheckOptions opts;
+  opts.float32 = false;
+  int skipped = 0;
+  for (uint64_t s = 0; s < kSeedsPerBlock; ++s) {
+    const gf::Outcome oc = gf::check(gf::generate(s), opts);
+    EXPECT_TRUE(oc.ok) << oc.message;
+    skipped += oc.skipped_bfloat16;
+  }
+  EXPECT_LT(skipped, int(kSeedsPerBlock) / 4);
+}
+
 // Over the in-suite seeds the generator draws every op, reuses values 2 to 4 times, and
 // mixes leaves that require grad with leaves that do not.
 TEST(GraphFuzzTool, DrawsEveryOpAndReusesValues) {
