@@ -101,6 +101,23 @@ TEST(Autograd, InPlaceOpsWhoseBackwardReadsTheModifiedTensor) {
   }, {w}));
 }
 
+// expand to a tensor's own shape is a new view, as every view op's output: it used to be the
+// tensor itself, on which the op then recorded its node, so a leaf became a non-leaf (that
+// in-place ops no longer refused) whose node held it: a reference cycle, never freed.
+// copy_ expands its source so, and took a leaf source that way.
+TEST(Autograd, ExpandToTheSameShapeLeavesALeafALeaf) {
+  const Tensor x = agt::rand64({2, 3});
+  const Tensor e = x.expand({2, 3});
+  EXPECT_NE(e.unsafe_impl(), x.unsafe_impl());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(e.is_leaf());
+  Tensor a = zeros({2, 3}, kFloat64) * 1.0;
+  a.copy_(x);
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_AG_ERROR(Tensor(x).add_(1.0), "a leaf tensor that requires grad");
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) { return t[0].expand({2, 3}) * t[0]; }, {agt::rand64({2, 3})}));
+}
+
 TEST(Autograd, NoGradGuardDetachAndRequiresGrad) {
   Tensor x = ones({2}).requires_grad_();
   {
