@@ -81,14 +81,19 @@ std::vector<ag::Tensor> run(const Program& p, const std::vector<ag::Tensor>& lea
 /// torch script: 0.5 + (a hash of k and the element's index) / 2^32.
 ag::Tensor output_gradient(int64_t k, const std::vector<int64_t>& shape, ag::DType dtype);
 
+/// Applied by a program to each value it makes: the identity, or a rounding to a lower
+/// precision (compare_dtypes).
+using Round = std::function<ag::Tensor(const ag::Tensor&)>;
+
 /// The leaves' gradients of f run in dt against those of a wider run, backward from every
 /// output k with output_gradient(k) (a missing gradient counts as zero): dt = kFloat32
 /// against float64, or (autocast) under an AutocastGuard to bfloat16 on the CPU with float32
 /// leaves against float32. `ref`: the leaves in float64. Normwise per leaf, within
-/// tol_for(dt) grown with the op count, plus what rounding the leaves to dt moves the wider
-/// run's gradient (graph_fuzz.cpp: compare_grads).
+/// tol_for(dt) grown with the op count, plus what rounding every value to dt moves the wider
+/// run's gradient (f applies the Round it is given to each value it makes; graph_fuzz.cpp:
+/// compare_grads). A leaf whose float64 gradient is 0 is left out.
 ::testing::AssertionResult compare_dtypes(
-    const std::function<std::vector<ag::Tensor>(const std::vector<ag::Tensor>&)>& f,
+    const std::function<std::vector<ag::Tensor>(const std::vector<ag::Tensor>&, const Round&)>& f,
     const std::vector<ag::Tensor>& ref, ag::DType dt, bool autocast, int ops);
 
 struct Outcome {

@@ -1,9 +1,9 @@
 // ampgrad_graph_fuzz: the random-graph gradient fuzzer (graph_fuzz.h) for as long as asked.
 //
-//   ampgrad_graph_fuzz [--seconds N] [--seed S] [--max-failures K] [--no-bfloat16]
-//       programs for seeds S, S+1, ... for N seconds (default 60; S default: from the clock,
-//       printed); each failure is shrunk and printed as a program and as a test; stops
-//       after K failures (default 3). Exit status 1 when any failed.
+//   ampgrad_graph_fuzz [--seconds N] [--seed S] [--count C] [--max-failures K] [--no-bfloat16]
+//       programs for seeds S, S+1, ... for N seconds (default 60) or C programs (S default:
+//       from the clock, printed); each failure is shrunk and printed as a program and as a
+//       test; stops after K failures (default 3). Exit status 1 when any failed.
 //   ampgrad_graph_fuzz --replay FILE
 //       checks the program in FILE (the text form) and reports as above.
 //   ampgrad_graph_fuzz --print --seed S [--count N]
@@ -29,7 +29,7 @@ namespace gf = agt::graph_fuzz;
 namespace {
 
 int usage() {
-  std::cerr << "usage: ampgrad_graph_fuzz [--seconds N] [--seed S] [--max-failures K] [--no-bfloat16]\n"
+  std::cerr << "usage: ampgrad_graph_fuzz [--seconds N] [--seed S] [--count C] [--max-failures K] [--no-bfloat16]\n"
                "       ampgrad_graph_fuzz --replay FILE\n"
                "       ampgrad_graph_fuzz --print --seed S [--count N]\n"
                "       ampgrad_graph_fuzz --dump DIR --seed S --count N\n";
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     long graphs = 0, ops = 0, skipped32 = 0, skipped16 = 0;
     int failures = 0;
     double next_note = 30;
-    for (uint64_t s = seed; elapsed() < seconds && failures < max_failures; ++s) {
+    for (uint64_t s = seed; elapsed() < seconds && failures < max_failures && (count < 0 || graphs < count); ++s) {
       gf::Outcome oc;
       std::string report;
       try {
