@@ -2772,8 +2772,8 @@ constexpr double kSensitivity = 8;
     double err = 0, norm = 0, moved = 0;
     for (size_t i = 0; i < r.size(); ++i) {
       if (!std::isfinite(g[i]) && std::isfinite(r[i]))
-        return ::testing::AssertionFailure() << "gradient of leaf " << k << " (the " << k
-                                             << "th leaf that requires grad) element " << i << " is " << g[i]
+        return ::testing::AssertionFailure() << ag::dtype_name(dt) << " gradient of leaf " << k
+                                             << " (counting those that require grad), element " << i << ": " << g[i]
                                              << ", reference " << r[i];
       err += (g[i] - r[i]) * (g[i] - r[i]);
       norm += r[i] * r[i];
@@ -2789,9 +2789,9 @@ constexpr double kSensitivity = 8;
       for (size_t i = 0; i < r.size(); ++i)
         if (std::fabs(g[i] - r[i]) > std::fabs(g[worst] - r[worst])) worst = i;
       return ::testing::AssertionFailure()
-             << ag::dtype_name(dt) << " gradient of the " << k << "th leaf that requires grad is off by " << err
+             << ag::dtype_name(dt) << " gradient of leaf " << k << " (counting those that require grad) is off by " << err
              << " (norm), more than " << tol << " (rtol " << rtol << " of the reference's norm " << norm << ", atol " << atol
-             << ", rounding the leaves moves it by " << moved
+             << ", rounding every value to " << ag::dtype_name(dt) << " moves it by " << moved
              << "); worst element " << worst << ": " << g[worst] << " vs " << r[worst];
     }
   }
