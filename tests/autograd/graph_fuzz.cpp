@@ -27,7 +27,8 @@
 // steps of 1e-6, far below these margins); float32 gradients against float64's, and those of
 // a run under autocast to bfloat16 against float32's, normwise per leaf (compare_grads). A
 // lower precision is compared only where every kink took the branch it took in float64
-// (relu's sign pattern, max's winners, dropout's zeros, ...), and bfloat16 not where an op's
+// (relu's sign pattern, max's winners, dropout's zeros, ...) and its own values kept the
+// kinks' margins, and bfloat16 not where an op's
 // bfloat16 gradient is rounding noise (a one-hot attention row); such programs are counted
 // as skipped. A leaf whose float64 gradient is 0 is compared only against finite differences.
 //
@@ -2706,6 +2707,7 @@ struct RunResult {
   TL grads;                 // per float leaf that requires grad, float64 (zeros when none came)
   std::vector<TL> branches;  // per kink op run: its branch signature
   bool noisy16 = false;      // an op's bfloat16 gradients would be rounding noise (OpDef::noisy16)
+  bool near_kink = false;    // a kink op's guard fails on this run's own values
 };
 
 // Backward from every output that requires grad, output k weighted by output_gradient(k).
@@ -2761,6 +2763,11 @@ double dtype_growth(int ops) { return 2 * std::sqrt(double(std::max(ops, 1))); }
 // in it, such as log_softmax over copies of one value, 1/x @ x in x, attention's keys when
 // there is one) is left out: its gradient in dt is the rounding error of the terms that
 // cancel, relative to their size, not to the gradient's.
+// Not modelled: rounding inside an op that a large gradient from above magnifies where terms
+// cancel (var and std of bfloat16 values take their mean in bfloat16 in backward, and the
+// gradient of a bias that shifts all of them sums to 0 only up to that rounding). Long runs
+// meet such programs rarely, at the bfloat16 stage; the shrunk form shows whether that is
+// what happened.
 constexpr double kSensitivity = 8;
 ::testing::AssertionResult compare_grads(const TL& ref, const TL& rounded, const TL& got, ag::DType dt, int ops,
                                          const TL* exact = nullptr) {
@@ -2824,8 +2831,11 @@ RunResult traced_run(const Program& p, ag::DType dtype, bool autocast, std::opti
   r.branches = branches_of(p, trace);
   ag::NoGradGuard ng;
   for (const TraceEntry& e : trace) {
-    const Op& op = p.ops[e.op];
-    if (def(op.name).noisy16 && def(op.name).noisy16(e.in, e.out, op)) r.noisy16 = true;
+    const OpDef& d = def(p.ops[e.op].name);
+    if (d.noisy16 && d.noisy16(e.in, e.out, p.ops[e.op])) r.noisy16 = true;
+    // Rounding moved a kink op's inputs within the margin (checked in float64): its own
+    // rounding inside may then take the other branch, which the signature cannot see.
+    if (d.sig && d.guard && !d.guard(e.in, e.out, p.ops[e.op])) r.near_kink = true;
   }
   return r;
 }
@@ -2890,7 +2900,8 @@ Outcome check(const Program& p, const CheckOptions& opts) {
       return fail("float32", std::string("threw: ") + e.what());
     }
     if (opts.float32) {
-      if (!same_branches(r64.branches, r32.branches) || !same_branches(r64.branches, r64r.branches)) {
+      if (r32.near_kink || r64r.near_kink || !same_branches(r64.branches, r32.branches) ||
+          !same_branches(r64.branches, r64r.branches)) {
         ++oc.skipped_float32;
       } else if (auto c = compare_grads(r64.grads, r64r.grads, r32.grads, ag::kFloat32, ops, &r64.grads); !c) {
         return fail("float32", c.message());
@@ -2905,8 +2916,8 @@ Outcome check(const Program& p, const CheckOptions& opts) {
     } catch (const std::exception& e) {
       return fail("bfloat16", std::string("threw: ") + e.what());
     }
-    if (r32.noisy16 || !same_branches(r32.branches, r16.branches) || !same_branches(r64.branches, r32.branches) ||
-        !same_branches(r32.branches, r32r.branches)) {
+    if (r32.noisy16 || r16.near_kink || r32r.near_kink || !same_branches(r32.branches, r16.branches) ||
+        !same_branches(r64.branches, r32.branches) || !same_branches(r32.branches, r32r.branches)) {
       ++oc.skipped_bfloat16;
     } else if (auto c = compare_grads(r32.grads, r32r.grads, r16.grads, ag::kBFloat16, ops, &r64.grads); !c) {
       return fail("bfloat16", c.message());
