@@ -2685,20 +2685,36 @@ using Fn = std::function<TL(const TL&, const Round&)>;
 
 Tensor identity(const Tensor& t) { return t; }
 
-// t's floating values rounded to dt, in t's dtype, and so is the gradient that reaches it in
-// backward (a hook): what a run in dt rounds, short of the ops' own intermediates. Not
-// through the casts' autograd nodes, which the run in dt uses: t + (round(t) - t) with the
-// difference detached has t's gradient.
-Round rounding_to(ag::DType dt) {
-  return [dt](const Tensor& t) {
+// How a wider run imitates one in dt: every value (the leaves too) and every gradient that
+// reaches a value is rounded to dt, to nearest or (random) moved by a random relative amount
+// of up to dt's spacing, 2^-7 for bfloat16 and 2^-23 for float32: rounding to nearest can
+// land next to the exact value by chance, and does not see an op's own rounding inside.
+struct Imitation {
+  ag::DType dt;
+  bool random = false;
+};
+
+// t with its values changed so (in t's dtype).
+Tensor imitate(const Tensor& t, const Imitation& im) {
+  ag::NoGradGuard ng;
+  if (!im.random) return t.to(im.dt).to(t.dtype());
+  const double spacing = im.dt == ag::kBFloat16 ? 0x1p-7 : 0x1p-23;
+  return ag::mul(t, ag::add(ag::mul(ag::rand(t.sizes().vec(), ag::TensorOptions(t.dtype())), 2 * spacing), 1 - spacing));
+}
+
+// The Round of an imitation, through autograd without the casts' nodes (which the run in dt
+// uses): t + (imitate(t) - t), the difference detached, has t's gradient; a hook changes the
+// gradient.
+Round imitating(const Imitation& im) {
+  return [im](const Tensor& t) {
     if (!ag::is_floating(t.dtype())) return t;
     Tensor shift;
     {
       ag::NoGradGuard ng;
-      shift = ag::sub(t.to(dt).to(t.dtype()), t);
+      shift = ag::sub(imitate(t, im), t);
     }
     Tensor r = ag::add(t, shift);
-    if (r.requires_grad()) r.register_hook([dt](const Tensor& g) { return g.to(dt).to(g.dtype()); });
+    if (r.requires_grad()) r.register_hook([im](const Tensor& g) { return imitate(g, im); });
     return r;
   };
 }
@@ -2722,17 +2738,20 @@ void backward_all(const TL& outs) {
 }
 
 // f on leaves in `dtype` (autocast: float32 leaves under autocast to bfloat16), then
-// backward; the leaves' gradients in float64. round_to: the leaves and every value f makes
-// are rounded to that dtype (f applies the rounding it is given).
+// backward; the leaves' gradients in float64. im: the run imitates a lower precision (f
+// applies the Round it is given to every value it makes); its random draws are seeded.
 RunResult forward_backward(const Fn& f, const TL& leaves64, ag::DType dtype, bool autocast,
-                           std::optional<ag::DType> round_to = std::nullopt) {
+                           std::optional<Imitation> im = std::nullopt) {
+  const auto gen_state = ag::generator_state();
+  ag::manual_seed(97);
   TL leaves;
   for (const Tensor& l : leaves64) {
     if (!ag::is_floating(l.dtype())) {
       leaves.push_back(l);
       continue;
     }
-    Tensor t = (round_to ? l.detach().to(*round_to) : l.detach()).to(autocast ? ag::kFloat32 : dtype).clone();
+    Tensor t = l.detach().to(autocast ? ag::kFloat32 : dtype);
+    t = (im ? imitate(t, *im) : t).clone();
     if (l.requires_grad()) t.requires_grad_(true);
     leaves.push_back(t);
   }
@@ -2740,9 +2759,10 @@ RunResult forward_backward(const Fn& f, const TL& leaves64, ag::DType dtype, boo
   {
     std::optional<ag::AutocastGuard> guard;
     if (autocast) guard.emplace(ag::kCPU, ag::kBFloat16);
-    outs = f(leaves, round_to ? rounding_to(*round_to) : Round(identity));
+    outs = f(leaves, im ? imitating(*im) : Round(identity));
   }
   backward_all(outs);
+  ag::set_generator_state(gen_state.first, gen_state.second);
   RunResult r;
   for (const Tensor& l : leaves)
     if (ag::is_floating(l.dtype()) && l.requires_grad())
@@ -2756,9 +2776,8 @@ double dtype_growth(int ops) { return 2 * std::sqrt(double(std::max(ops, 1))); }
 
 // got against ref, the leaves' gradients of a run in dt and of one in a wider dtype:
 // normwise per leaf, ||got - ref|| <= growth * (rtol ||ref|| + atol sqrt(n)) + kSensitivity
-// ||rounded - ref||, where rounded is the wider run with its leaves and every value it makes
-// rounded to dt: how far rounding to dt's precision moves the gradient (an ill-conditioned
-// graph, where values cancel, moves it far).
+// max ||imitated - ref||, over the wider runs that imitate dt (Imitation): how far dt's
+// precision moves the gradient (an ill-conditioned graph, where values cancel, moves it far).
 // exact: the float64 gradients. A leaf whose gradient is 0 in float64 (a function constant
 // in it, such as log_softmax over copies of one value, 1/x @ x in x, attention's keys when
 // there is one) is left out: its gradient in dt is the rounding error of the terms that
@@ -2769,14 +2788,23 @@ double dtype_growth(int ops) { return 2 * std::sqrt(double(std::max(ops, 1))); }
 // meet such programs rarely, at the bfloat16 stage; the shrunk form shows whether that is
 // what happened.
 constexpr double kSensitivity = 8;
-::testing::AssertionResult compare_grads(const TL& ref, const TL& rounded, const TL& got, ag::DType dt, int ops,
-                                         const TL* exact = nullptr) {
-  if (ref.size() != got.size() || ref.size() != rounded.size()) return ::testing::AssertionFailure() << "leaf counts differ";
+::testing::AssertionResult compare_grads(const TL& ref, const std::vector<const TL*>& imitated, const TL& got, ag::DType dt,
+                                         int ops, const TL* exact = nullptr) {
+  for (const TL* q : imitated)
+    if (q->size() != ref.size()) return ::testing::AssertionFailure() << "leaf counts differ";
+  if (ref.size() != got.size()) return ::testing::AssertionFailure() << "leaf counts differ";
   const double rtol = agt::tol_for(dt).rtol * dtype_growth(ops), atol = agt::tol_for(dt).atol * dtype_growth(ops);
   for (size_t k = 0; k < ref.size(); ++k) {
     if (exact && max_abs(exact->at(k)) <= 1e-10) continue;
-    const auto r = values(ref[k]), g = values(got[k]), q = values(rounded[k]);
+    const auto r = values(ref[k]), g = values(got[k]);
     double err = 0, norm = 0, moved = 0;
+    for (const TL* imit : imitated) {
+      const auto q = values(imit->at(k));
+      double m = 0;
+      for (size_t i = 0; i < r.size(); ++i) m += (q[i] - r[i]) * (q[i] - r[i]);
+      moved = std::max(moved, std::sqrt(m));
+      if (!std::isfinite(m)) moved = m;
+    }
     for (size_t i = 0; i < r.size(); ++i) {
       if (!std::isfinite(g[i]) && std::isfinite(r[i]))
         return ::testing::AssertionFailure() << ag::dtype_name(dt) << " gradient of leaf " << k
@@ -2784,12 +2812,10 @@ constexpr double kSensitivity = 8;
                                              << ", reference " << r[i];
       err += (g[i] - r[i]) * (g[i] - r[i]);
       norm += r[i] * r[i];
-      moved += (q[i] - r[i]) * (q[i] - r[i]);
     }
     err = std::sqrt(err);
     norm = std::sqrt(norm);
-    moved = std::sqrt(moved);
-    if (!std::isfinite(moved)) continue;  // rounding to dt leaves the domain: not comparable
+    if (!std::isfinite(moved)) continue;  // imitating dt leaves an op's domain: not comparable
     const double tol = rtol * norm + atol * std::sqrt(double(r.size())) + kSensitivity * moved;
     if (!(err <= tol)) {
       size_t worst = 0;
@@ -2798,7 +2824,7 @@ constexpr double kSensitivity = 8;
       return ::testing::AssertionFailure()
              << ag::dtype_name(dt) << " gradient of leaf " << k << " (counting those that require grad) is off by " << err
              << " (norm), more than " << tol << " (rtol " << rtol << " of the reference's norm " << norm << ", atol " << atol
-             << ", rounding every value to " << ag::dtype_name(dt) << " moves it by " << moved
+             << ", imitating " << ag::dtype_name(dt) << "'s rounding moves it by " << moved
              << "); worst element " << worst << ": " << g[worst] << " vs " << r[worst];
     }
   }
@@ -2824,10 +2850,10 @@ bool same_branches(const std::vector<TL>& a, const std::vector<TL>& b) {
 }
 
 // A program's run with its kinks' branches.
-RunResult traced_run(const Program& p, ag::DType dtype, bool autocast, std::optional<ag::DType> round_to = std::nullopt) {
+RunResult traced_run(const Program& p, ag::DType dtype, bool autocast, std::optional<Imitation> im = std::nullopt) {
   std::vector<TraceEntry> trace;
   RunResult r = forward_backward([&](const TL& in, const Round& rd) { return run_impl(p, in, &trace, nullptr, rd); },
-                                 make_leaves(p, ag::kFloat64), dtype, autocast, round_to);
+                                 make_leaves(p, ag::kFloat64), dtype, autocast, im);
   r.branches = branches_of(p, trace);
   ag::NoGradGuard ng;
   for (const TraceEntry& e : trace) {
@@ -2845,10 +2871,11 @@ RunResult traced_run(const Program& p, ag::DType dtype, bool autocast, std::opti
 ::testing::AssertionResult compare_dtypes(const Fn& f, const std::vector<Tensor>& ref, ag::DType dt, bool autocast, int ops) {
   const ag::DType wide = autocast ? ag::kFloat32 : ag::kFloat64;
   const RunResult a = forward_backward(f, ref, wide, false);
-  const RunResult r = forward_backward(f, ref, wide, false, dt);
+  const RunResult r = forward_backward(f, ref, wide, false, Imitation{dt});
+  const RunResult q = forward_backward(f, ref, wide, false, Imitation{dt, true});
   const RunResult b = forward_backward(f, ref, dt, autocast);
   const RunResult e = forward_backward(f, ref, ag::kFloat64, false);
-  return compare_grads(a.grads, r.grads, b.grads, dt, ops, &e.grads);
+  return compare_grads(a.grads, {&r.grads, &q.grads}, b.grads, dt, ops, &e.grads);
 }
 
 bool bfloat16_available() {
@@ -2892,34 +2919,41 @@ Outcome check(const Program& p, const CheckOptions& opts) {
   }
   RunResult r32;
   if (opts.float32 || opts.bfloat16) {
-    RunResult r64r;
+    RunResult r64r, r64q;
     try {
       r32 = traced_run(p, ag::kFloat32, false);
-      r64r = traced_run(p, ag::kFloat64, false, ag::kFloat32);
+      if (opts.float32) {
+        r64r = traced_run(p, ag::kFloat64, false, Imitation{ag::kFloat32});
+        r64q = traced_run(p, ag::kFloat64, false, Imitation{ag::kFloat32, true});
+      }
     } catch (const std::exception& e) {
       return fail("float32", std::string("threw: ") + e.what());
     }
     if (opts.float32) {
-      if (r32.near_kink || r64r.near_kink || !same_branches(r64.branches, r32.branches) ||
-          !same_branches(r64.branches, r64r.branches)) {
+      if (r32.near_kink || r64r.near_kink || r64q.near_kink || !same_branches(r64.branches, r32.branches) ||
+          !same_branches(r64.branches, r64r.branches) || !same_branches(r64.branches, r64q.branches)) {
         ++oc.skipped_float32;
-      } else if (auto c = compare_grads(r64.grads, r64r.grads, r32.grads, ag::kFloat32, ops, &r64.grads); !c) {
+      } else if (auto c = compare_grads(r64.grads, {&r64r.grads, &r64q.grads}, r32.grads, ag::kFloat32, ops, &r64.grads);
+                 !c) {
         return fail("float32", c.message());
       }
     }
   }
   if (opts.bfloat16) {
-    RunResult r16, r32r;
+    RunResult r16, r32r, r32q;
     try {
       r16 = traced_run(p, ag::kBFloat16, true);
-      r32r = traced_run(p, ag::kFloat32, false, ag::kBFloat16);
+      r32r = traced_run(p, ag::kFloat32, false, Imitation{ag::kBFloat16});
+      r32q = traced_run(p, ag::kFloat32, false, Imitation{ag::kBFloat16, true});
     } catch (const std::exception& e) {
       return fail("bfloat16", std::string("threw: ") + e.what());
     }
-    if (r32.noisy16 || r16.near_kink || r32r.near_kink || !same_branches(r32.branches, r16.branches) ||
-        !same_branches(r64.branches, r32.branches) || !same_branches(r32.branches, r32r.branches)) {
+    if (r32.noisy16 || r16.near_kink || r32r.near_kink || r32q.near_kink || !same_branches(r32.branches, r16.branches) ||
+        !same_branches(r64.branches, r32.branches) || !same_branches(r32.branches, r32r.branches) ||
+        !same_branches(r32.branches, r32q.branches)) {
       ++oc.skipped_bfloat16;
-    } else if (auto c = compare_grads(r32.grads, r32r.grads, r16.grads, ag::kBFloat16, ops, &r64.grads); !c) {
+    } else if (auto c = compare_grads(r32.grads, {&r32r.grads, &r32q.grads}, r16.grads, ag::kBFloat16, ops, &r64.grads);
+               !c) {
       return fail("bfloat16", c.message());
     }
   }
