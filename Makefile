@@ -10,6 +10,8 @@ BUILD_SAN ?= build/sanitize
 FUZZ_SECONDS ?= 120
 # make test's fuzz smoke: each libFuzzer target for this long.
 FUZZ_SMOKE_SECONDS ?= 15
+# make fuzz's run of the random-graph gradient fuzzer (tests/autograd/graph_fuzz.h).
+GRAPH_FUZZ_SECONDS ?= 120
 CMAKE_FLAGS ?=
 # ccache (when installed) rewrites paths under the checkout as relative ones, so a fresh
 # clone in another folder (CI's) reuses what any checkout compiled.
@@ -97,9 +99,10 @@ test-sanitize: build-sanitize test-deps
 	@ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  JOBS=$(JOBS) scripts/run-ctest $(BUILD_SAN) -E 'Exhaustive|TrainE2E'
 
-# Every libFuzzer target for FUZZ_SECONDS each (scripts/fuzz).
+# Every libFuzzer target for FUZZ_SECONDS each (scripts/fuzz), then the graph fuzzer.
 fuzz: build-sanitize
 	@scripts/fuzz $(BUILD_SAN) $(FUZZ_SECONDS)
+	@$(BUILD_SAN)/tests/ampgrad_graph_fuzz --seconds $(GRAPH_FUZZ_SECONDS)
 
 bench: build
 	@scripts/bench $(BUILD)

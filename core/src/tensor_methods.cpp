@@ -190,7 +190,11 @@ Tensor& Tensor::sub_(Scalar s) {
   return binary_inplace(*this, "sub_", BinaryOp::Sub, nullptr, s, [&] { return ampgrad::sub(*this, s); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  return binary_inplace(*this, "mul_", BinaryOp::Mul, &o, {}, [&] { return ampgrad::mul(*this, o); });
+  // mul's backward reads this tensor for o's gradient, and the write changes it: a copy is
+  // multiplied (PyTorch's in-place ops likewise save the original self).
+  return binary_inplace(*this, "mul_", BinaryOp::Mul, &o, {}, [&] {
+    return ampgrad::mul(o.requires_grad() ? ampgrad::clone(*this) : *this, o);
+  });
 }
 Tensor& Tensor::mul_(Scalar s) {
   return binary_inplace(*this, "mul_", BinaryOp::Mul, nullptr, s, [&] { return ampgrad::mul(*this, s); });
@@ -232,7 +236,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   const bool needs_grad = any_requires_grad({this});
-  detail::apply_inplace(*this, "clamp_", needs_grad, [&] { return ampgrad::clamp(*this, min, max); }, [&] {
+  // clamp's backward reads its input, which the write changes: a copy is clamped.
+  detail::apply_inplace(*this, "clamp_", needs_grad, [&] { return ampgrad::clamp(ampgrad::clone(*this), min, max); }, [&] {
     AG_CHECK(min || max, "clamp_", "at least one of min and max must be given");
     backend(device(), "clamp_").unary(UnaryOp::Clamp, *this, *this,
                                       {min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY});

@@ -77,6 +77,47 @@ TEST(Autograd, InPlaceOnLeafAndThroughGraph) {
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{6, 6}));
 }
 
+// In-place ops whose backward reads the tensor they modify (mul_ by a tensor that requires
+// grad reads it for that tensor's gradient; clamp_ reads it for its mask) keep the value it
+// had, as PyTorch's do; they used to save the tensor itself, and backward then threw that
+// it had been modified in place.
+TEST(Autograd, InPlaceOpsWhoseBackwardReadsTheModifiedTensor) {
+  const Tensor x = agt::rand64({2, 3}), w = agt::rand64({3}, 0.5, 2);
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    Tensor a = t[0] * 1.0;
+    a.mul_(t[1]);
+    return a;
+  }, {x, w}));
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) {
+    Tensor a = t[0] * 2.0;
+    a.clamp_(-0.5, 0.75);
+    return a * t[0];
+  }, {x}));
+  // a constant modified in place by a tensor that requires grad
+  EXPECT_TRUE(agt::gradcheck([&](const TL& t) {
+    Tensor a = x.detach() + 0.0;
+    a.mul_(t[0]);
+    return a;
+  }, {w}));
+}
+
+// expand to a tensor's own shape is a new view, as every view op's output: it used to be the
+// tensor itself, on which the op then recorded its node, so a leaf became a non-leaf (that
+// in-place ops no longer refused) whose node held it: a reference cycle, never freed.
+// copy_ expands its source so, and took a leaf source that way.
+TEST(Autograd, ExpandToTheSameShapeLeavesALeafALeaf) {
+  const Tensor x = agt::rand64({2, 3});
+  const Tensor e = x.expand({2, 3});
+  EXPECT_NE(e.unsafe_impl(), x.unsafe_impl());
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(e.is_leaf());
+  Tensor a = zeros({2, 3}, kFloat64) * 1.0;
+  a.copy_(x);
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_AG_ERROR(Tensor(x).add_(1.0), "a leaf tensor that requires grad");
+  EXPECT_TRUE(agt::gradcheck([](const TL& t) { return t[0].expand({2, 3}) * t[0]; }, {agt::rand64({2, 3})}));
+}
+
 TEST(Autograd, NoGradGuardDetachAndRequiresGrad) {
   Tensor x = ones({2}).requires_grad_();
   {

@@ -85,33 +85,44 @@ double* element(const ag::Tensor& t, int64_t linear) {
   return static_cast<double*>(t.raw_data()) + off;
 }
 
-double weighted_sum(const ag::Tensor& out, const ag::Tensor& w) {
-  const auto o = out.detach().to_vector<double>();
-  const auto ww = w.to_vector<double>();
+double weighted_sum(const std::vector<ag::Tensor>& outs, const std::vector<ag::Tensor>& ws) {
   double s = 0;
-  for (size_t i = 0; i < o.size(); ++i) s += o[i] * ww[i];
+  for (size_t k = 0; k < outs.size(); ++k) {
+    const auto o = outs[k].detach().to_vector<double>();
+    const auto w = ws[k].to_vector<double>();
+    for (size_t i = 0; i < o.size(); ++i) s += o[i] * w[i];
+  }
   return s;
 }
 
-}  // namespace
-
-::testing::AssertionResult gradcheck(
-    const std::function<ag::Tensor(const std::vector<ag::Tensor>&)>& f,
-    const std::vector<ag::Tensor>& inputs, double eps, double atol, double rtol) {
+// The one finite-difference loop of gradcheck and gradcheck_outputs; missing_is_zero: an
+// input that gets no gradient counts as a zero gradient instead of failing.
+::testing::AssertionResult gradcheck_impl(
+    const std::function<std::vector<ag::Tensor>(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps, double atol, double rtol, bool missing_is_zero) {
   for (const auto& in : inputs)
     if (in.defined() && in.requires_grad() && in.dtype() != ag::kFloat64)
       return ::testing::AssertionFailure() << "gradcheck wants float64 inputs";
   for (const auto& in : inputs)
     if (in.defined() && in.requires_grad()) in.set_grad(ag::Tensor());
-  ag::Tensor out = f(inputs);
-  ag::Tensor w = ag::rand(out.sizes().vec(), ag::kFloat64) + 0.5;
-  out.backward(w);
+  const std::vector<ag::Tensor> outs = f(inputs);
+  std::vector<ag::Tensor> ws, roots, root_grads;
+  for (const ag::Tensor& out : outs) {
+    ws.push_back(ag::rand(out.sizes().vec(), ag::kFloat64) + 0.5);
+    if (out.requires_grad()) {
+      roots.push_back(out);
+      root_grads.push_back(ws.back());
+    }
+  }
+  if (!roots.empty()) ag::run_backward(roots, root_grads, false);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const ag::Tensor& in = inputs[k];
     if (!in.defined() || !in.requires_grad()) continue;
-    const ag::Tensor analytic = in.grad();
-    if (!analytic.defined())
-      return ::testing::AssertionFailure() << "input " << k << " received no gradient";
+    ag::Tensor analytic = in.grad();
+    if (!analytic.defined()) {
+      if (!missing_is_zero) return ::testing::AssertionFailure() << "input " << k << " received no gradient";
+      analytic = ag::zeros(in.sizes().vec(), ag::kFloat64);
+    }
     if (analytic.sizes() != in.sizes())
       return ::testing::AssertionFailure() << "input " << k << ": gradient shape " << analytic.sizes()
                                            << " vs input shape " << in.sizes();
@@ -123,9 +134,9 @@ double weighted_sum(const ag::Tensor& out, const ag::Tensor& w) {
       {
         ag::NoGradGuard ng;
         *p = orig + eps;
-        plus = weighted_sum(f(inputs), w);
+        plus = weighted_sum(f(inputs), ws);
         *p = orig - eps;
-        minus = weighted_sum(f(inputs), w);
+        minus = weighted_sum(f(inputs), ws);
         *p = orig;
       }
       const double numeric = (plus - minus) / (2 * eps);
@@ -137,6 +148,21 @@ double weighted_sum(const ag::Tensor& out, const ag::Tensor& w) {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+
+::testing::AssertionResult gradcheck(
+    const std::function<ag::Tensor(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps, double atol, double rtol) {
+  return gradcheck_impl([&](const std::vector<ag::Tensor>& in) { return std::vector<ag::Tensor>{f(in)}; },
+                        inputs, eps, atol, rtol, false);
+}
+
+::testing::AssertionResult gradcheck_outputs(
+    const std::function<std::vector<ag::Tensor>(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps, double atol, double rtol) {
+  return gradcheck_impl(f, inputs, eps, atol, rtol, true);
 }
 
 ag::Tensor non_contiguous(const ag::Tensor& t) {

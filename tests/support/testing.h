@@ -40,6 +40,16 @@ inline ::testing::AssertionResult allclose(const ag::Tensor& got, const ag::Tens
     const std::vector<ag::Tensor>& inputs, double eps = 1e-6, double atol = 1e-5,
     double rtol = 1e-4);
 
+/// gradcheck of a function with several outputs: one backward pass from all of them at
+/// once (ag::run_backward, a random gradient per output; outputs that do not require grad
+/// are left out of it), against finite differences of the same weighted sum. An input that
+/// requires grad but receives none counts as a zero gradient, which is what it is when no
+/// output depends on it through a differentiable path.
+::testing::AssertionResult gradcheck_outputs(
+    const std::function<std::vector<ag::Tensor>(const std::vector<ag::Tensor>&)>& f,
+    const std::vector<ag::Tensor>& inputs, double eps = 1e-6, double atol = 1e-5,
+    double rtol = 1e-4);
+
 /// A tensor with t's values whose strides are not contiguous (a transposed copy viewed
 /// back), for testing that ops handle any layout. t must have at least 2 dims.
 ag::Tensor non_contiguous(const ag::Tensor& t);

@@ -285,8 +285,10 @@ Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
   }
   checked_numel(target, "expand");  // a view of no storage of its own, but its numel must fit
   const Shape in = x.sizes();
-  return view_op("expand", x, detail::expand_raw(x, target),
-                 [in](const Tensor& g) { return sum_to(g, in); });
+  // A new view also for x's own shape (expand_raw gives x itself): the node is recorded on
+  // the output, which must not be x (a leaf would become its own ExpandBackward's output).
+  Tensor out = target == in ? make_view(x, in, x.strides(), x.storage_offset()) : detail::expand_raw(x, target);
+  return view_op("expand", x, std::move(out), [in](const Tensor& g) { return sum_to(g, in); });
 }
 
 Tensor squeeze(const Tensor& x) {
