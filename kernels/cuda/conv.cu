@@ -327,8 +327,9 @@ __device__ inline void tap_range(int64_t start, int64_t k, int64_t d, int64_t n,
 }
 
 // One thread per output: the maximum over the window's taps inside the input, in
-// row-major tap order; a larger value or a NaN takes over. A window with no tap inside the
-// input gives -inf and the index of its first tap position (as the CPU).
+// row-major tap order; a larger value or a NaN takes over. A window of -inf routes to its
+// first tap; one with no tap inside the input (dilation can skip over it) gives -inf and
+// index -1, so that its gradient goes nowhere (as the CPU).
 template <class D>
 __global__ void max_pool_forward(const D* x, D* out, int64_t* idx, int64_t total, PoolArgs a) {
   using A = dacc_t<D>;
@@ -340,7 +341,7 @@ __global__ void max_pool_forward(const D* x, D* out, int64_t* idx, int64_t total
     tap_range(ws, a.kw, a.dw, a.W, kw0, kw1);
     const D* xp = x + pl * a.H * a.W;
     A best = -std::numeric_limits<A>::infinity();
-    int64_t bi = (hs + kh0 * a.dh) * a.W + ws + kw0 * a.dw;
+    int64_t bi = kh0 < kh1 && kw0 < kw1 ? (hs + kh0 * a.dh) * a.W + ws + kw0 * a.dw : -1;
     for (int64_t kh = kh0; kh < kh1; ++kh) {
       const int64_t ih = hs + kh * a.dh;
       for (int64_t kw = kw0; kw < kw1; ++kw) {

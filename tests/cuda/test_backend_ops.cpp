@@ -333,9 +333,14 @@ std::vector<Case> all_cases() {
   c.push_back({"max_pool2d", {"max_pool2d", "max_pool2d_backward"}, kFloats, [](DType dt) {
                  compare_backends("max_pool2d",
                                   [](const TensorList& x) {
-                                    return TensorList{max_pool2d(x[0], {2, 2}), max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}, {1, 1}, true)};
+                                    // Dilated windows; and width 1 with kernel 2, dilation 2 and
+                                    // padding 1: each row's one window taps columns -1 and 1, no
+                                    // input at all (-inf, no gradient; Pool.MaxWindowWithNoInputTap...).
+                                    return TensorList{max_pool2d(x[0], {2, 2}), max_pool2d(x[0], {3, 3}, {2, 2}, {1, 1}, {1, 1}, true),
+                                                      max_pool2d(x[0], {2, 3}, {1, 2}, {1, 1}, {2, 2}),
+                                                      max_pool2d(x[1], {1, 2}, {1, 1}, {0, 1}, {1, 2})};
                                   },
-                                  {uniform_in({2, 3, 11, 12})}, dt, 1.0);
+                                  {uniform_in({2, 3, 11, 12}), uniform_in({2, 3, 5, 1})}, dt, 1.0);
                }});
   c.push_back({"conv2d_block", {"conv2d_block", "conv2d_block_backward"}, kFloats, [](DType dt) {
                  compare_backends("conv2d_block",
@@ -496,6 +501,30 @@ TEST(CudaBackendOps, EveryCaseMatchesTheCpu) {
       }
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The index a max-pooling window saves for its backward: a window with no tap inside the
+// input (width 1, kernel 2, dilation 2, padding 1: columns -1 and 1) saves -1, not an
+// index built from its first tap (which is the next row's element). The backward gathers
+// per input element and checks each window's geometry, so the harness's gradients could
+// not see the wrong index; a backward that scatters through it would route gradient there.
+TEST(CudaBackendOps, MaxPoolWindowWithNoInputTapSavesNoIndex) {
+  if (!built_with_cuda()) AGT_SKIP_BUILD() << "built without CUDA";
+  if (!have_cuda()) AGT_SKIP_HARDWARE() << "no CUDA device";
+  const Tensor x = from_vector<float>({1, 2, 3}, {1, 1, 3, 1}).to(kGpu);
+  Pool2dParams p;
+  p.kernel[1] = 2;
+  p.padding[1] = 1;
+  p.dilation[1] = 2;
+  const Tensor out = empty({1, 1, 3, 1}, TensorOptions().device(kGpu));
+  const Tensor idx = backend(kGpu, "max_pool2d").max_pool2d(x, out, p);
+  ASSERT_EQ(idx.dtype(), kInt64);
+  EXPECT_EQ(idx.to(kCPU).to_vector<int64_t>(), std::vector<int64_t>({-1, -1, -1}));
+  for (float v : out.to(kCPU).to_vector<float>()) EXPECT_EQ(v, -INFINITY);
 }
 
 }  // namespace
