@@ -203,6 +203,20 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
   const Tensor bias = bias0.defined() ? detail::contiguous_raw(bias0) : bias0;
   const MatmulGeom g = matmul_geom(a, w);
+  if (g.B > 1 && g.a.bs == 0 && g.w.bs == 0) {
+    // Both operands broadcast over the batch (oneDNN takes a batch of 1 in the operands only
+    // with the result's batch as large): every batch is the same product, made once, copied.
+    auto first = [](const Tensor& t) {
+      return detail::make_view(t, {1, t.size(1), t.size(2)}, t.strides(), t.storage_offset());
+    };
+    const Tensor o1 = first(out);
+    run(first(a), first(w), bias, o1, op, act, nullptr);
+    const Shape rest{out.size(0) - 1, out.size(1), out.size(2)};
+    cpu_backend().copy(detail::make_view(o1, rest, {0, out.stride(1), out.stride(2)}, o1.storage_offset()),
+                       detail::make_view(out, rest, out.strides(), out.storage_offset() + out.stride(0)));
+    if (mul) cpu_backend().binary(BinaryOp::Mul, out, *mul, out);
+    return;
+  }
   if (g.K == 0) {  // an empty sum: zeros, plus the bias
     if (bias.defined()) cpu_backend().copy(detail::expand_raw(bias, out.sizes()), out);
     else cpu_backend().fill(out, 0);

@@ -184,6 +184,16 @@ TEST(Linalg, MatmulStridedOperandsAreReadInPlaceOrCopied) {
   Tensor nb = randf({2, 3, 4, 5}).permute({1, 0, 2, 3});  // [3, 2, 4, 5]
   Tensor rb = randf({3, 2, 5, 2});
   EXPECT_TRUE(agt::allclose(matmul(nb, rb), ref_matmul(nb, rb), fp32_tol(5)));
+  // both operands expanded over the batch (batch stride 0 in each): every batch of the
+  // result is the same product (found by the graph fuzzer)
+  Tensor b1 = randf({1, 3, 4}), ea = randf({2, 3}).expand({2, 2, 3}), eb = b1.expand({2, 3, 4});
+  EXPECT_TRUE(agt::allclose(matmul(ea, eb), ref_matmul(ea, eb), fp32_tol(3)));
+  EXPECT_TRUE(agt::allclose(matmul(ea, b1), ref_matmul(ea, eb), fp32_tol(3)));
+  // a size-1 dim whose stride equals the other dim's: the transpose of a [2, 1] column is
+  // [1, 2] with strides [1, 1] (a matmul's weight gradient reads it so), over a batch
+  Tensor col = randf({2, 1}), g = randf({2, 2, 1});
+  EXPECT_TRUE(agt::allclose(matmul(col.t().expand({2, 1, 2}), g), ref_matmul(col.t().expand({2, 1, 2}), g), fp32_tol(2)));
+  EXPECT_TRUE(agt::allclose(matmul(col.t(), g), ref_matmul(col.t(), g), fp32_tol(2)));
   // the test helper's layout
   Tensor nc = agt::non_contiguous(randf({6, 7})), nd = agt::non_contiguous(randf({7, 6}));
   EXPECT_TRUE(agt::allclose(matmul(nc, nd), ref_matmul(nc, nd), fp32_tol(7)));
