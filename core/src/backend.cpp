@@ -38,7 +38,7 @@ int Backend::device_count() { AG_MISSING("device_count"); }
 void Backend::copy_bytes(void*, Device, const void*, Device, size_t, Stream, bool) { AG_MISSING("copy"); }
 
 void* Backend::create_stream(int) { AG_MISSING("create_stream"); }
-void Backend::destroy_stream(int, void*) { AG_MISSING("destroy_stream"); }
+void Backend::destroy_stream(Stream, void*) { AG_MISSING("destroy_stream"); }
 void Backend::synchronize_stream(Stream) { AG_MISSING("Stream::synchronize"); }
 bool Backend::query_stream(Stream) { AG_MISSING("Stream::query"); }
 void Backend::synchronize_device(int) { AG_MISSING("synchronize"); }

@@ -125,7 +125,7 @@ void destroy_stream(Stream s) {
     handle = it->second;
     ds.live.erase(it);
   }
-  be.destroy_stream(d.index, handle);
+  be.destroy_stream(s, handle);
 }
 
 void synchronize(Device device) {

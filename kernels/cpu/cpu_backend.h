@@ -28,7 +28,7 @@ class CpuBackend final : public Backend {
   // Streams are synchronous (work is done when a call returns) and events complete when
   // recorded; they exist so that code written for an asynchronous device runs here too.
   void* create_stream(int device_index) override { return nullptr; }
-  void destroy_stream(int device_index, void* handle) override {}
+  void destroy_stream(Stream s, void* handle) override {}
   void synchronize_stream(Stream s) override {}
   bool query_stream(Stream s) override { return true; }
   void synchronize_device(int device_index) override {}

@@ -104,26 +104,47 @@ namespace {
 // Devices whose error slot a kernel was given; only those can hold an error.
 std::atomic<uint64_t> g_slots_in_use{0};
 
-DeviceError* slot_storage(int device_index) {
+// A device's error slot: the device word kernels report into, a pinned copy the host reads,
+// and a private non-blocking stream on which the host takes a report. Reading the slot after
+// a wait on one stream must not wait for the others (a synchronous copy on the legacy
+// default stream, which is our default stream, waits for all of its work), and taking a
+// report must not race with a kernel still running on another stream: one atomic exchange
+// on the device takes it, and a report that comes later stays for the next wait.
+struct ErrorSlot {
+  DeviceError* dev = nullptr;
+  DeviceError* host = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+__global__ void take_device_error(DeviceError* slot, DeviceError* out) {
+  const int code = atomicExch(&slot->code, 0);
+  out->code = code;
+  out->value = code ? slot->value : 0;
+  out->bound = code ? slot->bound : 0;
+}
+
+const ErrorSlot& slot_of(int device_index) {
   static std::mutex mu;
-  static DeviceError* slots[kMaxDevices] = {};
+  static ErrorSlot slots[kMaxDevices];
   AG_CHECK(device_index >= 0 && device_index < kMaxDevices, "cuda", "device index ", device_index, " out of range");
   std::lock_guard<std::mutex> lock(mu);
-  DeviceError*& s = slots[device_index];
-  if (!s) {
+  ErrorSlot& s = slots[device_index];
+  if (!s.dev) {
     DeviceGuard guard(device_index, "cuda");
-    AG_CUDA_CHECK("cuda", cudaMalloc(&s, sizeof(DeviceError)));
-    AG_CUDA_CHECK("cuda", cudaMemset(s, 0, sizeof(DeviceError)));
-    // cudaMemset of device memory is asynchronous and on the default stream, which kernels
-    // on non-blocking streams do not wait for: wait, or a first report could be wiped.
-    AG_CUDA_CHECK("cuda", cudaStreamSynchronize(nullptr));
+    AG_CUDA_CHECK("cuda", cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    AG_CUDA_CHECK("cuda", cudaHostAlloc(reinterpret_cast<void**>(&s.host), sizeof(DeviceError), cudaHostAllocDefault));
+    AG_CUDA_CHECK("cuda", cudaMalloc(&s.dev, sizeof(DeviceError)));
+    AG_CUDA_CHECK("cuda", cudaMemsetAsync(s.dev, 0, sizeof(DeviceError), s.stream));
+    // Kernels on other streams do not wait for the private stream: the slot is zero before
+    // the first kernel that gets it is queued.
+    AG_CUDA_CHECK("cuda", cudaStreamSynchronize(s.stream));
   }
   return s;
 }
 }  // namespace
 
 DeviceError* error_slot(int device_index) {
-  DeviceError* s = slot_storage(device_index);
+  DeviceError* s = slot_of(device_index).dev;
   g_slots_in_use.fetch_or(uint64_t(1) << device_index, std::memory_order_relaxed);
   return s;
 }
@@ -132,13 +153,13 @@ void raise_device_errors(int device_index) {
   if (device_index < 0 || device_index >= kMaxDevices) return;
   // Only a slot a kernel was given can hold an error (error_slot marks it).
   if (!(g_slots_in_use.load(std::memory_order_relaxed) & (uint64_t(1) << device_index))) return;
-  DeviceError* slot = slot_storage(device_index);
-  DeviceError e{};
+  const ErrorSlot& slot = slot_of(device_index);
   DeviceGuard guard(device_index, "cuda");
-  AG_CUDA_CHECK("cuda", cudaMemcpy(&e, slot, sizeof e, cudaMemcpyDeviceToHost));
+  launch(take_device_error, 1, 1, 0, slot.stream, slot.dev, slot.host);
+  AG_CUDA_CHECK("cuda", cudaGetLastError());
+  AG_CUDA_CHECK("cuda", cudaStreamSynchronize(slot.stream));
+  const DeviceError e = *slot.host;
   if (e.code == 0) return;
-  AG_CUDA_CHECK("cuda", cudaMemset(slot, 0, sizeof(DeviceError)));
-  AG_CUDA_CHECK("cuda", cudaStreamSynchronize(nullptr));  // cleared before any later kernel runs (see above)
   if (e.code == kErrCrossEntropy)  // the CPU kernel's wording
     AG_ERROR("cross_entropy", "target ", e.value, " is out of range for ", e.bound, " classes (found on cuda:",
              device_index, ")");
@@ -242,10 +263,12 @@ void* CudaBackend::create_stream(int device_index) {
   return s;
 }
 
-void CudaBackend::destroy_stream(int device_index, void* handle) {
-  DeviceGuard guard(device_index, "destroy_stream");
+void CudaBackend::destroy_stream(Stream s, void* handle) {
+  DeviceGuard guard(s.device().index, "destroy_stream");
+  const auto stream = static_cast<cudaStream_t>(handle);
+  release_blas_workspace(s, stream);
   // Work still queued on it runs; the driver releases the stream afterwards.
-  AG_CUDA_CHECK("destroy_stream", cudaStreamDestroy(static_cast<cudaStream_t>(handle)));
+  AG_CUDA_CHECK("destroy_stream", cudaStreamDestroy(stream));
 }
 
 void CudaBackend::synchronize_stream(Stream s) {

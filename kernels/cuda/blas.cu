@@ -30,9 +30,9 @@
 // DRELU_BGRAD / DGELU_BGRAD epilogue, which also sums the bias gradient. Any case without
 // an algorithm (or with a leading dimension cuBLASLt refuses) takes Backend's composed form.
 //
-// Caching. One cuBLASLt handle per device; one 32 MiB workspace per (device, stream),
-// allocated once with cudaMalloc, so that products on different streams never share
-// scratch memory; and one plan per problem (descriptors, layouts and the heuristic's
+// Caching. One cuBLASLt handle per device; one 32 MiB workspace per stream, so that
+// products on different streams never share scratch memory (from the stream-ordered pool,
+// given back in stream order when the stream is destroyed); and one plan per problem (descriptors, layouts and the heuristic's
 // algorithm), keyed by device, dtypes, compute type, shapes, layouts and the pointers'
 // alignments (the heuristic assumes the alignment it was shown). A steady-state step
 // creates no descriptor and calls no heuristic. Everything is queued on the current stream
@@ -68,16 +68,29 @@ cublasLtHandle_t lt_handle(int device, const char* op) {
   return handles[device];
 }
 
-// The workspace of products queued on `stream` (the caller holds a DeviceGuard for device).
-void* workspace(int device, cudaStream_t stream, const char* op) {
-  static std::mutex mu;
-  static std::vector<std::pair<cudaStream_t, void*>> spaces[kMaxDevices];
-  std::lock_guard<std::mutex> lock(mu);
-  for (const auto& [s, p] : spaces[device])
-    if (s == stream) return p;
+// The workspaces, keyed by (device, stream id): an id is never reused, where a destroyed
+// stream's native handle can come back for a new stream that does not wait for the old
+// stream's products. Each is stream-ordered memory from the device's pool, allocated on its
+// stream and freed on it when the stream is destroyed (release_blas_workspace).
+struct Workspaces {
+  std::mutex mu;
+  std::vector<std::pair<int64_t, void*>> spaces[kMaxDevices];
+};
+Workspaces& workspaces() {
+  static Workspaces* w = new Workspaces;  // never destroyed: streams can outlive static destruction
+  return *w;
+}
+
+// The workspace of products queued on s (the caller holds a DeviceGuard for its device).
+void* workspace(Stream s, cudaStream_t stream, const char* op) {
+  const int device = s.device().index;
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mu);
+  for (const auto& [id, p] : w.spaces[device])
+    if (id == s.id()) return p;
   void* p = nullptr;
-  AG_CUDA_CHECK(op, cudaMalloc(&p, kWorkspaceBytes));
-  spaces[device].push_back({stream, p});
+  AG_CUDA_CHECK(op, cudaMallocAsync(&p, kWorkspaceBytes, stream));
+  w.spaces[device].push_back({s.id(), p});
   return p;
 }
 
@@ -371,7 +384,7 @@ bool gemm(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Epi& e
   const cublasLtHandle_t h = lt_handle(device, op);
   Plan& plan = get_plan(p, h, op);
   if (!plan.ok) return false;
-  void* ws = workspace(device, stream, op);
+  void* ws = workspace(current_stream(out.device()), stream, op);
   const float one_f = 1, zero_f = 0;
   const double one_d = 1, zero_d = 0;
   const void* alpha = dtype == kFloat64 ? static_cast<const void*>(&one_d) : &one_f;
@@ -413,6 +426,18 @@ Tensor packed_bias(const Tensor& bias) {
 int64_t relu_mask_ld(int64_t N) { return (N + 127) / 128 * 128; }
 
 }  // namespace
+
+void release_blas_workspace(Stream s, cudaStream_t stream) {
+  Workspaces& w = workspaces();
+  std::lock_guard<std::mutex> lock(w.mu);
+  auto& v = w.spaces[s.device().index];
+  for (auto it = v.begin(); it != v.end(); ++it)
+    if (it->first == s.id()) {
+      AG_CUDA_CHECK("destroy_stream", cudaFreeAsync(it->second, stream));
+      v.erase(it);
+      return;
+    }
+}
 
 void CudaBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) {
   if (out.numel() == 0) return;

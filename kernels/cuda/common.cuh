@@ -89,6 +89,10 @@ DeviceError* error_slot(int device_index);
 /// kernel reported an error, and clears it. Called by every host wait of the backend.
 void raise_device_errors(int device_index);
 
+// Frees the cuBLASLt workspace of s, if it has one, in s's order (blas.cu); destroy_stream
+// calls it before the stream goes.
+void release_blas_workspace(Stream s, cudaStream_t stream);
+
 #ifdef AMPGRAD_CUDA_DEVICE_CODE
 /// Records an index error from device code (the first one is kept).
 __device__ inline void report_index_error(DeviceError* slot, int op, int64_t value, int64_t bound) {

@@ -30,7 +30,7 @@ class CudaBackend final : public Backend {
   void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t n,
                   Stream stream, bool non_blocking) override;
   void* create_stream(int device_index) override;
-  void destroy_stream(int device_index, void* handle) override;
+  void destroy_stream(Stream s, void* handle) override;
   void synchronize_stream(Stream s) override;
   bool query_stream(Stream s) override;
   void synchronize_device(int device_index) override;

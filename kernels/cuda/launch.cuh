@@ -18,10 +18,15 @@ namespace ampgrad::cuda {
 
 /// kernel<<<grid, block, shared_bytes, stream>>>(args...): the arguments are converted to
 /// the kernel's parameters and copied now; a bad configuration is reported by the next
-/// cudaGetLastError (check_launch, common.cuh), as for the launch syntax.
+/// cudaGetLastError (check_launch, common.cuh), as for the launch syntax. An error left in
+/// the runtime's last-error slot before the launch is dropped first.
 template <class... Params, class... Args>
 inline void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    Args&&... args) {
+  // Every launch is followed by check_launch, whose cudaGetLastError must see this launch's
+  // error only: drop one that a library call (cuBLASLt, cuDNN, NCCL) left behind and
+  // reported through its own status. A sticky error (a fault) is not cleared by this.
+  (void)cudaGetLastError();
 #if defined(__CUDACC__)
   kernel<<<grid, block, shared_bytes, stream>>>(std::forward<Args>(args)...);
 #else

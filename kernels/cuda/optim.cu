@@ -128,7 +128,7 @@ struct SgdArgs {
 
 // ptr: 0 param (T), 1 grad (T), 2 momentum buffer (float, may be null), 3 master (float, may be null).
 template <class T>
-__global__ void sgd_kernel(TensorChunks<4> m, SgdArgs a) {
+__global__ void __launch_bounds__(kOptThreads) sgd_kernel(TensorChunks<4> m, SgdArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
@@ -161,7 +161,7 @@ struct AdamArgs {
 
 // ptr: 0 param, 1 grad, 2 exp_avg (float), 3 exp_avg_sq (float), 4 master (float, may be null).
 template <class T>
-__global__ void adam_kernel(TensorChunks<5> m, AdamArgs a) {
+__global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<5> m, AdamArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
@@ -333,7 +333,7 @@ namespace {
 // Scales each element in place (computed in A) and raises *found_inf when the value before
 // scaling was inf or NaN. Threads that see one write the same 1.0f: a benign race.
 template <class T>
-__global__ void scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
+__global__ void __launch_bounds__(kOptThreads) scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
   T* x = static_cast<T*>(m.ptr[0][k]);
@@ -349,7 +349,7 @@ __global__ void scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float
 
 // Per-chunk sums of squares in the accumulation type, into partial[chunk] as double.
 template <class T>
-__global__ void square_sum_kernel(TensorChunks<1> m, double* partial, int first_block) {
+__global__ void __launch_bounds__(kOptThreads) square_sum_kernel(TensorChunks<1> m, double* partial, int first_block) {
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
   const T* x = static_cast<const T*>(m.ptr[0][k]);
@@ -371,7 +371,7 @@ __global__ void square_sum_kernel(TensorChunks<1> m, double* partial, int first_
 }
 
 // out = float(sum of partial[0..n)) in double, in index order (deterministic).
-__global__ void sum_partials(const double* partial, int n, float* out) {
+__global__ void __launch_bounds__(kOptThreads) sum_partials(const double* partial, int n, float* out) {
   __shared__ double s[kOptThreads];
   double acc = 0;
   for (int i = int(threadIdx.x); i < n; i += blockDim.x) acc += partial[i];

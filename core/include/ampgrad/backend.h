@@ -227,8 +227,9 @@ class Backend {
   // default stream's handle is null (CUDA: the legacy default stream). Kernels queue their
   // work on the current stream of their device, stream_handle(current_stream(device)).
   virtual void* create_stream(int device_index);
-  /// Releases a stream's handle; core has already made the default stream wait for its work.
-  virtual void destroy_stream(int device_index, void* handle);
+  /// Releases stream s, whose handle create_stream returned, and what the backend keeps for
+  /// it; core has already made the default stream wait for its work.
+  virtual void destroy_stream(Stream s, void* handle);
   /// The host waits for the work queued on s.
   virtual void synchronize_stream(Stream s);
   /// True when the work queued on s has finished; never waits.

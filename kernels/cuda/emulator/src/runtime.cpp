@@ -497,6 +497,12 @@ std::string last_fault() {
 
 int sticky_error() { return int(sticky()); }
 
+int64_t queued(cudaStream_t stream) {
+  std::lock_guard<std::recursive_mutex> lock(rt().mu);
+  const std::shared_ptr<CUstream_st> s = stream_of(stream);
+  return s ? int64_t(s->tail() - s->done_seq) : -1;
+}
+
 void clear_sticky_error() {
   std::lock_guard<std::recursive_mutex> lock(rt().mu);
   g_sticky.store(cudaSuccess);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "emu/stream.h"
+
 namespace ampgrad::emu {
 
 /// Strict mode (AMPGRAD_CUDA_EMULATOR_STRICT=1; the test binary turns it on): queued work
@@ -32,6 +34,11 @@ int worker_threads();
 /// and float64 (0x7FF47FF47FF47FF4, a signalling NaN). No pattern is a signalling NaN in
 /// all four: a float64 NaN needs the exponent bits that make the narrower ones quiet.
 inline constexpr uint16_t kPoison16 = 0x7FF4;
+
+/// The operations queued on a stream (nullptr: the legacy default stream) that have not run
+/// yet, or -1 for an unknown stream: in strict mode, what a test reads to see which streams
+/// a wait made run.
+int64_t queued(cudaStream_t stream);
 
 /// The message of the last error inside a kernel (also printed to stderr), or "".
 std::string last_fault();
