@@ -1,4 +1,5 @@
-// Helpers shared by the op frontend (core/src/ops); not installed.
+// Helpers shared by the op frontend (core/src/ops); not installed, and not for the backends
+// (kernels/ sees core/include only; what they share with the frontend is ampgrad/raw.h).
 //
 // The *_raw functions run a kernel without recording autograd: ops call them for their
 // forward computation and record their own node, and backward formulas use them for
@@ -8,21 +9,11 @@
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
 #include "ampgrad/op_kinds.h"
+#include "ampgrad/raw.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad::detail {
 
-/// A view of base's storage with the given geometry (no autograd).
-Tensor make_view(const Tensor& base, Shape sizes, Shape strides, int64_t offset);
-/// base broadcast to shape with stride-0 dims (no autograd); shape must be compatible.
-Tensor expand_raw(const Tensor& base, const Shape& shape);
-/// base converted to dtype (no autograd); base itself when it already has that dtype.
-Tensor cast_raw(const Tensor& base, DType dtype);
-/// A contiguous copy or base itself (no autograd).
-Tensor contiguous_raw(const Tensor& base);
-/// A matrix [R, C] as a batch of one, [1, R, C] with its own strides (no autograd): the
-/// operand shape of Backend::matmul.
-Tensor one_batch(const Tensor& m);
 /// True when no two indices of the geometry reach one element: with its dims ordered by
 /// stride, each stride is at least the span of the dims inside it (gaps allowed). Size-1
 /// and empty geometries qualify; a stride-0 dim of size > 1 does not.
@@ -62,9 +53,5 @@ Tensor binary_raw(BinaryOp op, const Tensor& a, const Operand& b);
 void apply_inplace(Tensor& self, const char* op, bool needs_grad,
                    const std::function<Tensor()>& compute,
                    const std::function<void()>& write_into);
-
-/// Number of oneDNN primitives cached by the CPU backend (matmul, linear, conv); 0 in a
-/// build without oneDNN. Tests use it to check that repeated shapes create none.
-size_t cpu_primitive_cache_size();
 
 }  // namespace ampgrad::detail

@@ -22,7 +22,7 @@
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
-#include "internal.h"
+#include "ampgrad/raw.h"
 
 namespace ampgrad::cpu {
 

@@ -21,7 +21,7 @@
 #include "cpu/parallel.h"
 #include "cpu/transpose16.h"
 #include "cpu/vec.h"
-#include "internal.h"
+#include "ampgrad/raw.h"
 
 namespace ampgrad::cpu {
 namespace {

@@ -132,3 +132,10 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace ampgrad::cpu
+
+namespace ampgrad::detail {
+/// Number of oneDNN primitives cached by the CPU backend (matmul, linear, conv); 0 in a
+/// build without oneDNN. Tests use it to check that repeated shapes create none.
+size_t cpu_primitive_cache_size();
+}  // namespace ampgrad::detail
+

@@ -6,7 +6,6 @@
 #include "cpu/conv_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
-#include "internal.h"
 
 namespace ampgrad::cpu {
 void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { eigen_matmul(a, w, out); }

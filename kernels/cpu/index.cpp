@@ -7,7 +7,7 @@
 #include "cpu/loops.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
-#include "internal.h"
+#include "ampgrad/raw.h"
 
 namespace ampgrad::cpu {
 void CpuBackend::index_select(const Tensor& x0, int64_t dim, const Tensor& index, const Tensor& out) {

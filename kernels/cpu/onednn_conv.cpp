@@ -23,7 +23,6 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/onednn_cache.h"
 #include "cpu/parallel.h"
-#include "internal.h"
 
 namespace ampgrad::cpu {
 namespace {

@@ -27,7 +27,7 @@
 #include "cpu/onednn_cache.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/matmul_precision.h"
-#include "internal.h"
+#include "ampgrad/raw.h"
 
 #include <omp.h>
 

@@ -46,8 +46,8 @@
 #include <utility>
 #include <vector>
 
-#include "ampgrad/autograd.h"
 #include "ampgrad/matmul_precision.h"
+#include "ampgrad/raw.h"
 #include "cuda/common.cuh"
 #include "cuda/cuda_backend.h"
 
@@ -134,8 +134,7 @@ Mat matmul_operand(const Tensor& t) {
   const int64_t B = t.size(0), R = t.size(1), C = t.size(2), rs = t.stride(1), cs = t.stride(2);
   const int64_t bs = B > 1 ? t.stride(0) : 0;
   if (row_major_ok(R, C, rs, cs) || col_major_ok(R, C, rs, cs)) return describe(t.raw_data(), B, R, C, bs, rs, cs);
-  NoGradGuard no_grad;
-  Tensor c = B > 1 && bs == 0 ? t.select(0, 0).contiguous() : t.contiguous();
+  Tensor c = detail::contiguous_raw(B > 1 && bs == 0 ? detail::make_view(t, {1, R, C}, t.strides(), t.storage_offset()) : t);
   Mat m = describe(c.raw_data(), B, R, C, B > 1 && bs == 0 ? 0 : R * C, C, 1);
   m.hold = std::move(c);
   return m;
@@ -147,8 +146,7 @@ Mat linear_operand(const Tensor& t, bool transposed) {
   const int64_t R = transposed ? t.size(1) : t.size(0), C = transposed ? t.size(0) : t.size(1);
   const int64_t rs = transposed ? t.stride(1) : t.stride(0), cs = transposed ? t.stride(0) : t.stride(1);
   if (row_major_ok(R, C, rs, cs) || col_major_ok(R, C, rs, cs)) return describe(t.raw_data(), 1, R, C, 0, rs, cs);
-  NoGradGuard no_grad;
-  Tensor c = t.contiguous();  // [t0, t1] with strides (t1, 1)
+  Tensor c = detail::contiguous_raw(t);  // [t0, t1] with strides (t1, 1)
   Mat m = transposed ? describe(c.raw_data(), 1, R, C, 0, 1, t.size(1)) : describe(c.raw_data(), 1, R, C, 0, C, 1);
   m.hold = std::move(c);
   return m;
@@ -418,8 +416,7 @@ void run(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor&
 // The bias as the epilogue reads it: contiguous.
 Tensor packed_bias(const Tensor& bias) {
   if (!bias.defined() || bias.stride(0) == 1 || bias.size(0) <= 1) return bias;
-  NoGradGuard no_grad;
-  return bias.contiguous();
+  return detail::contiguous_raw(bias);
 }
 
 // The ReLU mask's leading dimension: N bits rounded up to 128.
