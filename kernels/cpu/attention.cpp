@@ -48,7 +48,7 @@
 #include "cpu/rows.h"
 #include "cpu/transpose16.h"
 #include "cpu/vec.h"
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

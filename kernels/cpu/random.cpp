@@ -9,7 +9,7 @@
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -18,7 +18,7 @@
 namespace ampgrad::cpu {
 namespace {
 
-// Philox4x32-10 for kLanes consecutive counters at once: kernels::Philox4x32 (philox.h,
+// Philox4x32-10 for kLanes consecutive counters at once: kernels::Philox4x32 (ampgrad/philox.h,
 // the definition) lane by lane, or its rounds in 16-lane AVX-512 registers (one counter at
 // a time, a float32 dropout over [2048, 384] took 4.0 ms; 2.4 ms so: bench_ops' dropout rows).
 constexpr int kLanes = 16;

@@ -1,5 +1,5 @@
 // Random fills of the CUDA backend: uniform and normal from the counter-based Philox
-// generator (kernels/philox.h), bit for bit the CPU's draws (kernels/cpu/random.cpp).
+// generator (core/include/ampgrad/philox.h), bit for bit the CPU's draws (kernels/cpu/random.cpp).
 //
 // Element i (row-major, whatever out's strides) takes Philox block (seed, offset + i), so
 // a draw depends on (seed, offset) only, not on the grid or the backend. The formulas are
@@ -17,7 +17,7 @@
 
 #include "cuda/common.cuh"
 #include "cuda/cuda_backend.h"
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 namespace ampgrad::cuda {
 namespace {

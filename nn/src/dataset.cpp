@@ -11,7 +11,7 @@
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/shape.h"
 #include "ampgrad/stream.h"
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 namespace ampgrad::data {
 

@@ -1,8 +1,8 @@
-// Philox4x32-10 (kernels/philox.h), the generator behind every random draw, the shuffle and
+// Philox4x32-10 (core/include/ampgrad/philox.h), the generator behind every random draw, the shuffle and
 // dropout, against its published known answers.
 #include "support/testing.h"
 
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 using ampgrad::kernels::Philox4x32;
 

@@ -1,5 +1,5 @@
 #include "support/testing.h"
-#include "philox.h"
+#include "ampgrad/philox.h"
 
 #include <omp.h>
 
@@ -241,7 +241,7 @@ TEST(Random, SeededAndReproducible) {
 
 // The CPU's uniform and normal draws follow the documented rule element by element:
 // element i of a draw with (seed, offset) is made from Philox4x32-10 of counter offset + i
-// (philox.h), whatever block of counters the kernel computes it in. Sizes and offsets
+// (ampgrad/philox.h), whatever block of counters the kernel computes it in. Sizes and offsets
 // that are not multiples of the kernel's 16 lanes, float32 and bfloat16; at each kernel
 // instruction-set level this CPU runs (the fills have an AVX-512 variant and the baseline).
 class RandomEachIsa : public agt::EachKernelIsa {};

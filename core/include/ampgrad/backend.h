@@ -147,7 +147,7 @@ struct ScaleUpdateRule {
 /// scale * q k^T plus the mask; with `causal`, key j is visible to query i only when j <= i
 /// (PyTorch's is_causal, aligned at the top left). With dropout_p > 0 each probability
 /// (b, i, j) of batch entry b (the batch dims flattened row-major) is kept when
-/// uniform01(Philox(seed, offset + (b * Tq + i) * Tk + j)) over 53 bits (kernels/philox.h,
+/// uniform01(Philox(seed, offset + (b * Tq + i) * Tk + j)) over 53 bits (ampgrad/philox.h,
 /// the float64 draw of Backend::uniform) is below 1 - dropout_p, and scaled by
 /// 1 / (1 - dropout_p); the caller reserves the N * Tq * Tk counters. The row's
 /// normaliser is taken before dropout, as in PyTorch.
