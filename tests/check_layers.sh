@@ -1,46 +1,85 @@
 #!/usr/bin/env bash
-# The directory graph has no cycles: core/ and kernels/ include nothing from the parts
-# built on them (autocast/, nn/ with its optim and data headers, wrappers/) nor the
-# umbrella header that includes all of those. Every file under core/ and kernels/ is
-# scanned; each offending include is printed with its file and line, and the check fails.
+# The layers include downwards only. From the bottom:
+#   core/      tensors, autograd, the op frontend, the dispatch hook (ampgrad/*.h, ops/, hw/)
+#   kernels/   the CPU and CUDA backends, on core
+#   autocast/  the policy and the cast hook (ampgrad/autocast/), on core
+#   nn/        modules, optimizers and the grad scaler, data (ampgrad/nn/, optim/, data/),
+#              on core and autocast
+#   wrappers/  precision plugins, Lite, the process group (ampgrad/wrappers/), on all of them
+# and the umbrella header include/ampgrad/ampgrad.h, which no part of the library includes.
+# Every file of each layer is scanned for a public header of a layer above it; each offending
+# include is printed with its file and line, and the check fails. (The private folders,
+# core/src and kernels/, are on the include path of their own layer's sources only: the
+# build refuses a reach into them.)
 #
 # Usage: check_layers.sh <repo>         scan the repository
 #        check_layers.sh --self-test <work-dir>
-#                                       prove the scan catches a planted include (and
-#                                       passes a clean tree), so that a green check means
-#                                       something
+#                                       prove the scan catches a planted include in each
+#                                       layer (and passes a clean tree), so that a green
+#                                       check means something
 set -euo pipefail
 
-pattern='^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"]ampgrad/((autocast|nn|optim|data|wrappers)/|ampgrad\.h)'
+# layer folder -> the public header folders above it (ampgrad/<name>/), and the umbrella
+layers=(core kernels autocast nn wrappers)
+declare -A above=(
+  [core]="autocast nn optim data wrappers"
+  [kernels]="autocast nn optim data wrappers"
+  [autocast]="nn optim data wrappers"
+  [nn]="wrappers"
+  [wrappers]=""
+)
 
 scan() {
-  local root=$1 dir hits
-  for dir in core kernels; do
+  local root=$1 dir hits all="" n=0 alternatives pattern
+  for dir in "${layers[@]}"; do
     [ -d "$root/$dir" ] || { echo "check_layers: $root/$dir is missing" >&2; return 2; }
+    alternatives=$(tr ' ' '|' <<<"${above[$dir]}")
+    if [ -n "$alternatives" ]; then
+      pattern="^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]ampgrad/((${alternatives})/|ampgrad\\.h)"
+    else
+      pattern="^[[:space:]]*#[[:space:]]*include[[:space:]]*[<\"]ampgrad/ampgrad\\.h"
+    fi
+    hits=$(cd "$root" && grep -rnE "$pattern" "$dir" || true)
+    if [ -n "$hits" ]; then
+      all+="$dir/ may include nothing of: ${above[$dir]:-}${above[$dir]:+ or }the umbrella ampgrad/ampgrad.h"$'\n'"$hits"$'\n'
+    fi
+    n=$((n + $(find "$root/$dir" -type f | wc -l)))
   done
-  hits=$(cd "$root" && grep -rnE "$pattern" core kernels || true)
-  if [ -n "$hits" ]; then
-    echo "check_layers: core/ and kernels/ must not include autocast/, nn/, optim/, data/, wrappers/ or ampgrad/ampgrad.h:"
-    echo "$hits"
+  if [ -n "$all" ]; then
+    echo "check_layers: an include runs up the layers:"
+    printf '%s' "$all"
     return 1
   fi
-  echo "check_layers: $(find "$root/core" "$root/kernels" -type f | wc -l) files under core/ and kernels/ include nothing above them"
+  echo "check_layers: $n files under ${layers[*]} include nothing above their layer"
 }
 
 if [ "${1:-}" = --self-test ]; then
   work=$2
-  rm -rf "$work" && mkdir -p "$work/core/src" "$work/kernels/cpu"
+  rm -rf "$work"
+  for dir in "${layers[@]}"; do mkdir -p "$work/$dir/src"; done
   printf '#include "ampgrad/tensor.h"\n' >"$work/core/src/clean.cpp"
-  printf '#include <cstdint>\n' >"$work/kernels/cpu/clean.h"
+  printf '#include <cstdint>\n#include "ampgrad/backend.h"\n' >"$work/kernels/src/clean.h"
+  printf '#include "ampgrad/autocast/autocast.h"\n' >"$work/nn/src/clean.cpp"
+  printf '#include "ampgrad/optim/grad_scaler.h"\n#include "ampgrad/nn/module.h"\n' >"$work/wrappers/src/clean.cpp"
   scan "$work" >/dev/null || { echo "self-test: a clean tree was rejected"; exit 1; }
-  for inc in '"ampgrad/autocast/autocast.h"' '<ampgrad/nn/module.h>' '"ampgrad/optim/optimizer.h"' \
-             '"ampgrad/data/dataset.h"' '  #  include "ampgrad/wrappers/lite.h"' '<ampgrad/ampgrad.h>'; do
-    case $inc in *include*) line=$inc ;; *) line="#include $inc" ;; esac
-    printf '%s\n' "$line" >"$work/kernels/cpu/bad.cu"
-    if out=$(scan "$work"); then echo "self-test: missed $line"; exit 1; fi
-    grep -q "kernels/cpu/bad.cu:1:" <<<"$out" || { echo "self-test: the report does not name the file: $out"; exit 1; }
+  # one planted include per case: the layer, then the line
+  cases=(
+    'core|#include "ampgrad/autocast/autocast.h"'
+    'kernels|#include <ampgrad/nn/module.h>'
+    'kernels|  #  include "ampgrad/wrappers/lite.h"'
+    'autocast|#include "ampgrad/optim/optimizer.h"'
+    'autocast|#include "ampgrad/data/dataset.h"'
+    'nn|#include "ampgrad/wrappers/precision.h"'
+    'wrappers|#include <ampgrad/ampgrad.h>'
+  )
+  for c in "${cases[@]}"; do
+    dir=${c%%|*} line=${c#*|}
+    printf '%s\n' "$line" >"$work/$dir/src/bad.cu"
+    if out=$(scan "$work"); then echo "self-test: missed '$line' in $dir/"; exit 1; fi
+    grep -q "^$dir/src/bad.cu:1:" <<<"$out" || { echo "self-test: the report does not name the file: $out"; exit 1; }
+    rm "$work/$dir/src/bad.cu"
   done
-  echo "self-test: every planted include was caught and named"
+  echo "self-test: every planted include was caught and named (${#cases[@]} cases)"
   exit 0
 fi
 

@@ -45,7 +45,7 @@
 #include "ampgrad/optim/scheduler.h"
 
 // autocast/: mixed precision (ag::GradScaler, ag::GradScalerOptions)
-#include "ampgrad/autocast/grad_scaler.h"
+#include "ampgrad/optim/grad_scaler.h"
 
 // wrappers/: Lite, its precision plugins, checkpoint folders
 #include "ampgrad/wrappers/checkpoints.h"

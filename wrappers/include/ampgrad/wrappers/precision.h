@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ampgrad/autocast/autocast.h"
-#include "ampgrad/autocast/grad_scaler.h"
+#include "ampgrad/optim/grad_scaler.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/nn/module.h"
 #include "ampgrad/optim/optimizer.h"

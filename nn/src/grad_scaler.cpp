@@ -2,7 +2,7 @@
 // device (see the header and docs/grad-scaler.md). Per iteration: one scale_and_check call
 // per optimizer and device, the optimizers' fused steps that skip themselves on the
 // device, and one update_scale call; nothing is read back.
-#include "ampgrad/autocast/grad_scaler.h"
+#include "ampgrad/optim/grad_scaler.h"
 
 #include <algorithm>
 #include <cmath>
