@@ -5,7 +5,9 @@
 #   autocast/  the policy and the cast hook (ampgrad/autocast/), on core
 #   nn/        modules, optimizers and the grad scaler, data (ampgrad/nn/, optim/, data/),
 #              on core and autocast
-#   wrappers/  precision plugins, Lite, the process group (ampgrad/wrappers/), on all of them
+#   dist/      the process group over MPI and NCCL, the gradient reducer (ampgrad/dist/),
+#              on core
+#   wrappers/  precision plugins, Lite (ampgrad/wrappers/), on all of them
 # and the umbrella header include/ampgrad/ampgrad.h, which no part of the library includes.
 # Every file of each layer is scanned for a public header of a layer above it; each offending
 # include is printed with its file and line, and the check fails. (The private folders,
@@ -20,12 +22,13 @@
 set -euo pipefail
 
 # layer folder -> the public header folders above it (ampgrad/<name>/), and the umbrella
-layers=(core kernels autocast nn wrappers)
+layers=(core kernels autocast nn dist wrappers)
 declare -A above=(
-  [core]="autocast nn optim data wrappers"
-  [kernels]="autocast nn optim data wrappers"
-  [autocast]="nn optim data wrappers"
-  [nn]="wrappers"
+  [core]="autocast nn optim data dist wrappers"
+  [kernels]="autocast nn optim data dist wrappers"
+  [autocast]="nn optim data dist wrappers"
+  [nn]="dist wrappers"
+  [dist]="autocast nn optim data wrappers"
   [wrappers]=""
 )
 
@@ -60,7 +63,8 @@ if [ "${1:-}" = --self-test ]; then
   printf '#include "ampgrad/tensor.h"\n' >"$work/core/src/clean.cpp"
   printf '#include <cstdint>\n#include "ampgrad/backend.h"\n' >"$work/kernels/src/clean.h"
   printf '#include "ampgrad/autocast/autocast.h"\n' >"$work/nn/src/clean.cpp"
-  printf '#include "ampgrad/optim/grad_scaler.h"\n#include "ampgrad/nn/module.h"\n' >"$work/wrappers/src/clean.cpp"
+  printf '#include "ampgrad/dist/distributed.h"\n' >"$work/dist/src/clean.cpp"
+  printf '#include "ampgrad/optim/grad_scaler.h"\n#include "ampgrad/dist/distributed.h"\n' >"$work/wrappers/src/clean.cpp"
   scan "$work" >/dev/null || { echo "self-test: a clean tree was rejected"; exit 1; }
   # one planted include per case: the layer, then the line
   cases=(
@@ -70,6 +74,9 @@ if [ "${1:-}" = --self-test ]; then
     'autocast|#include "ampgrad/optim/optimizer.h"'
     'autocast|#include "ampgrad/data/dataset.h"'
     'nn|#include "ampgrad/wrappers/precision.h"'
+    'nn|#include "ampgrad/dist/distributed.h"'
+    'dist|#include "ampgrad/nn/module.h"'
+    'dist|#include "ampgrad/wrappers/lite.h"'
     'wrappers|#include <ampgrad/ampgrad.h>'
   )
   for c in "${cases[@]}"; do

@@ -49,7 +49,7 @@
 
 // wrappers/: Lite, its precision plugins, checkpoint folders
 #include "ampgrad/wrappers/checkpoints.h"
-#include "ampgrad/wrappers/distributed.h"
+#include "ampgrad/dist/distributed.h"
 #include "ampgrad/wrappers/lite.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"

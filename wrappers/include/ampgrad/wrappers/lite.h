@@ -42,7 +42,7 @@
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
 #include "ampgrad/optim/scheduler.h"
-#include "ampgrad/wrappers/distributed.h"
+#include "ampgrad/dist/distributed.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
 

@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "ampgrad/wrappers/distributed.h"
+#include "ampgrad/dist/distributed.h"
 
 namespace ampgrad::dist::detail {
 

@@ -7,7 +7,7 @@
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/ops/shape.h"
-#include "ampgrad/wrappers/distributed.h"
+#include "ampgrad/dist/distributed.h"
 
 namespace ampgrad::dist {
 

@@ -9,7 +9,7 @@
 // reductions go through a float32 copy, or (reduce_in_half) through MPI operations of our
 // own on their bits. A driver thread runs the collectives in the order they were started,
 // so that all_reduce_async overlaps the caller's work.
-#include "ampgrad/wrappers/distributed.h"
+#include "ampgrad/dist/distributed.h"
 
 #include "dist_internal.h"
 
