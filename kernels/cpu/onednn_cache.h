@@ -6,7 +6,7 @@
 // a steady-state training step then creates none. An entry also keeps one memory object
 // per argument whose data handle is swapped on each call, so the hot path allocates
 // nothing; a second thread that finds the entry busy makes temporary memory objects
-// instead of waiting (primitives themselves may execute concurrently). A Plan is a
+// instead of waiting (primitives themselves may execute concurrently). A PrimitivePlan is a
 // primitive that runs on layouts it chose itself (oneDNN's blocked ones), with the reorders
 // between those and the caller's layouts.
 #pragma once
@@ -135,7 +135,7 @@ inline bool is_reference(const dnnl::primitive_desc_base& pd) {
 
 /// One argument of a plan: the layout its primitive chose, and the reorder between it and
 /// the caller's layout when they differ.
-struct PlanArg {
+struct PrimitiveArg {
   memory::desc md;
   std::shared_ptr<Prim> reorder;  // null when the caller's memory is used directly
   bool output = false;
@@ -144,9 +144,9 @@ struct PlanArg {
 /// A primitive with reorders for the arguments it takes in a layout of its own choosing;
 /// each call reorders through scratch tensors (from the allocator's pool, so a steady
 /// state faults no pages).
-struct Plan {
+struct PrimitivePlan {
   std::shared_ptr<Prim> prim;  // null: no fast kernel; the caller takes its fallback
-  std::vector<PlanArg> args;   // in the order the caller passes its pointers
+  std::vector<PrimitiveArg> args;   // in the order the caller passes its pointers
   memory::desc dst_user;       // convolution forward plans: the layout of the caller's destination
 
   bool ok() const { return prim != nullptr; }
@@ -156,7 +156,7 @@ struct Plan {
     Tensor scratch[Prim::kMaxArgs];
     size_t i = 0;
     for (const void* u : user) {
-      const PlanArg& a = args[i];
+      const PrimitiveArg& a = args[i];
       ptrs[i] = u;
       if (a.reorder) {
         scratch[i] = make_tensor({int64_t(a.md.get_size())}, kUInt8, Device(kCPU));
@@ -168,7 +168,7 @@ struct Plan {
     prim->execute(ptrs, op);
     i = 0;
     for (const void* u : user) {
-      const PlanArg& a = args[i];
+      const PrimitiveArg& a = args[i];
       if (a.reorder && a.output) a.reorder->execute({ptrs[i], u}, op);
       ++i;
     }
@@ -184,12 +184,12 @@ struct ArgSpec {
 
 /// The plan of primitive P on descriptor pd; not ok when oneDNN offers only its reference kernel.
 template <class P, class Pd>
-std::shared_ptr<Plan> make_plan(const Pd& pd, const std::vector<ArgSpec>& specs) {
-  auto plan = std::make_shared<Plan>();
+std::shared_ptr<PrimitivePlan> make_plan(const Pd& pd, const std::vector<ArgSpec>& specs) {
+  auto plan = std::make_shared<PrimitivePlan>();
   if (is_reference(pd)) return plan;
   std::vector<std::pair<int, memory::desc>> prim_args;
   for (const ArgSpec& s : specs) {
-    PlanArg a;
+    PrimitiveArg a;
     a.md = s.chosen;
     a.output = s.output;
     if (s.chosen != s.user) {
@@ -206,9 +206,9 @@ std::shared_ptr<Plan> make_plan(const Pd& pd, const std::vector<ArgSpec>& specs)
   return plan;
 }
 
-/// Key -> entry (a Plan, or another kind of prepared work), created on first use. Bounded: past
-/// kCapacity entries the oldest is dropped (entries in use stay alive through their
-/// shared_ptr).
+/// Key -> entry (a PrimitivePlan, or another kind of prepared work), created on first use.
+/// Bounded: past kCapacity entries the oldest is dropped (entries in use stay alive through
+/// their shared_ptr).
 template <class Entry>
 class Cache {
  public:

@@ -76,14 +76,14 @@ struct ConvProblem {
   }
 };
 
-Cache<Plan>& conv_cache() {
-  static auto* c = new Cache<Plan>();
+Cache<PrimitivePlan>& conv_cache() {
+  static auto* c = new Cache<PrimitivePlan>();
   return *c;
 }
 
 // blocked: the caller's destination (forward) or its gradient (backward) is in the
 // layout the forward without bias chose (conv2d_block's activation), not plain NCHW.
-std::shared_ptr<Plan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias, bool blocked) {
+std::shared_ptr<PrimitivePlan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, bool bias, bool blocked) {
   const auto fwd = cp.forward_pd(t, bias && kind != ConvKind::BackwardData);
   const memory::desc dst_user = blocked ? cp.forward_pd(t, false).dst_desc() : cp.dst_md(t, false);
   switch (kind) {
@@ -121,18 +121,18 @@ std::shared_ptr<Plan> build_plan(const ConvProblem& cp, ConvKind kind, dt t, boo
       return make_plan<dnnl::convolution_backward_weights>(pd, specs);
     }
   }
-  return std::make_shared<Plan>();
+  return std::make_shared<PrimitivePlan>();
 }
 
 // The cached plan; oneDNN having no (or only a reference) kernel gives a not-ok plan.
-std::shared_ptr<Plan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
+std::shared_ptr<PrimitivePlan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
                                bool blocked = false, const char* op = "conv2d") {
   return guarded(op, [&] {
     return conv_cache().get(cp.key(kind, dtype, bias) << blocked, [&] {
       try {
         return build_plan(cp, kind, dnnl_type(dtype), bias, blocked);
       } catch (const dnnl::error& e) {
-        if (e.status == dnnl_unimplemented) return std::make_shared<Plan>();
+        if (e.status == dnnl_unimplemented) return std::make_shared<PrimitivePlan>();
         throw;
       }
     });

@@ -40,8 +40,8 @@ namespace {
 
 using namespace onednn;
 
-Cache<Plan>& matmul_cache() {
-  static auto* c = new Cache<Plan>();
+Cache<PrimitivePlan>& matmul_cache() {
+  static auto* c = new Cache<PrimitivePlan>();
   return *c;
 }
 
@@ -88,7 +88,7 @@ bool blocked_weights(const MatmulGeom& g, DType t, DType td) {
 // tb: the bias's type (t, or f32 under "medium"); act: an activation applied as a post-op
 // (None: none); mul: the result multiplied by a tensor of its own shape and type (a binary
 // post-op, after act); blocked: the weight in the layout oneDNN picks.
-std::shared_ptr<Plan> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, dt tb, Activation act, bool mul,
+std::shared_ptr<PrimitivePlan> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, dt tb, Activation act, bool mul,
                                   bool blocked) {
   const bool batched = g.B > 1;
   const memory::desc a = operand_md(batched, g.B, g.M, g.K, g.a, t);
@@ -112,7 +112,7 @@ std::shared_ptr<Plan> make_matmul(const MatmulGeom& g, dt t, dt td, bool bias, d
     if (mul) args.push_back({DNNL_ARG_ATTR_MULTIPLE_POST_OP(act != Activation::None ? 1 : 0) | DNNL_ARG_SRC_1, d, d, false});
     return make_plan<dnnl::matmul>(pd, args);
   } catch (const dnnl::error& e) {
-    if (e.status == dnnl_unimplemented) return std::make_shared<Plan>();
+    if (e.status == dnnl_unimplemented) return std::make_shared<PrimitivePlan>();
     throw;
   }
 }
@@ -237,7 +237,7 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
   key << 1 << int64_t(dtype) << int64_t(out.dtype()) << g.B << g.M << g.K << g.N << g.a.bs << g.a.rs << g.a.cs << g.w.bs
       << g.w.rs << g.w.cs << bias.defined() << int64_t(act) << (mul != nullptr)
       << (bias.defined() ? int64_t(bias.dtype()) : -1);
-  std::shared_ptr<Plan> plan = guarded(
+  std::shared_ptr<PrimitivePlan> plan = guarded(
       op,
       [&] {
         return matmul_cache().get(key, [&] {

@@ -1,6 +1,6 @@
 // Reductions on the CPU: one driver for every ReduceOp and for max_min_dim.
 //
-// The input is first described by a Plan: size-1 dims dropped, the kept dims and the
+// The input is first described by a ReduceLayout: size-1 dims dropped, the kept dims and the
 // reduced dims listed apart, and neighbours in each list merged when their strides allow.
 // Ops whose result does not depend on the order of the elements (all but ArgMax/ArgMin)
 // also sort the reduced dims by stride, so a transposed input is still read in memory
@@ -39,7 +39,7 @@ namespace {
 
 // ---- layout -------------------------------------------------------------------------------
 
-struct Plan {
+struct ReduceLayout {
   std::vector<int64_t> ksz, kst;  // kept dims, outer to inner, and their byte strides in x
   std::vector<int64_t> rsz, rst;  // reduced dims, outer to inner, and their byte strides
   int64_t M = 1;                  // outputs
@@ -69,10 +69,10 @@ void coalesce(std::vector<int64_t>& sz, std::vector<int64_t>& st) {
 // The output is contiguous over the kept dims in their logical order, so merging kept dims
 // never changes which output an element goes to; merging reduced dims keeps the flat
 // reduced index. `order_free` lets the reduced dims be sorted by stride instead.
-Plan make_plan(const Tensor& x, const Shape& dims, bool order_free) {
+ReduceLayout make_layout(const Tensor& x, const Shape& dims, bool order_free) {
   AG_CHECK(x.dim() <= kMaxLoopDims, "reduce", "tensors of more than ", kMaxLoopDims,
            " dims are not supported, got ", x.dim());
-  Plan p;
+  ReduceLayout p;
   p.item = int64_t(x.itemsize());
   p.base = static_cast<const char*>(x.raw_data());
   std::vector<char> red(size_t(x.dim()), 0);
@@ -114,7 +114,7 @@ int64_t offset_of(int64_t i, const std::vector<int64_t>& sz, const std::vector<i
 // Walks the flat reduced indices [r0, r1) as runs along the innermost reduced dim, calling
 // f(ptr, byte_stride, n, first_flat_index) for each.
 template <class F>
-void for_runs(const Plan& p, const char* base, int64_t r0, int64_t r1, const F& f) {
+void for_runs(const ReduceLayout& p, const char* base, int64_t r0, int64_t r1, const F& f) {
   const size_t nr = p.rsz.size();
   if (nr == 0) {  // nothing left to reduce: every output reads one element
     if (r0 < r1) f(base, p.item, r1 - r0, r0);
@@ -145,13 +145,13 @@ void for_runs(const Plan& p, const char* base, int64_t r0, int64_t r1, const F& 
 
 // A plan, plus the contiguous copy it reads from when the input's layout needed one.
 struct Prepared {
-  Plan plan;
+  ReduceLayout plan;
   Tensor copy;  // keeps the copied data alive
 };
 
 Prepared prepare(Backend& be, const Tensor& x, const Shape& dims, bool order_free) {
-  Prepared pr{make_plan(x, dims, order_free), Tensor()};
-  Plan& p = pr.plan;
+  Prepared pr{make_layout(x, dims, order_free), Tensor()};
+  ReduceLayout& p = pr.plan;
   if (p.rsz.empty() || p.rst.back() == p.item) return pr;  // rows
   for (size_t i = p.ksz.size(); i-- > 0;)
     if (p.kst[i] == p.item) {
@@ -440,7 +440,7 @@ struct ExtremumReducer {
 // Runs `red` over the plan; sink(o, state) receives each output's final state, o being the
 // flat (row-major) index of the output among the kept dims.
 template <class T, class A, class Red, class Sink>
-void run_reduce(const Plan& p, const Red& red, const Sink& sink) {
+void run_reduce(const ReduceLayout& p, const Red& red, const Sink& sink) {
   using State = typename Red::State;
   if (p.M == 0) return;
   if (p.R == 0) {
@@ -549,7 +549,7 @@ void run_reduce(const Plan& p, const Red& red, const Sink& sink) {
 
 // Runs `red` and writes red.result(...) converted to O into the contiguous out.
 template <class T, class A, class O, class Red>
-void reduce_into(const Plan& p, const Red& red, const Tensor& out) {
+void reduce_into(const ReduceLayout& p, const Red& red, const Tensor& out) {
   O* o = static_cast<O*>(out.raw_data());
   run_reduce<T, A>(p, red, [&](int64_t i, const typename Red::State& st) {
     o[i] = cast<O>(red.result(st, p.R, i));
@@ -558,7 +558,7 @@ void reduce_into(const Plan& p, const Red& red, const Tensor& out) {
 
 // First pass of Var / LogSumExp: one accumulation-type value per output.
 template <class T, class A, class Red>
-std::vector<A> reduce_to_vector(const Plan& p, const Red& red) {
+std::vector<A> reduce_to_vector(const ReduceLayout& p, const Red& red) {
   std::vector<A> v(size_t(p.M));
   run_reduce<T, A>(p, red, [&](int64_t i, const typename Red::State& st) { v[size_t(i)] = red.result(st, p.R, i); });
   return v;
@@ -570,7 +570,7 @@ void check_out(const Tensor& out, DType expected, const char* op) {
 }
 
 template <class T>
-void reduce_floating(ReduceOp op, const Plan& p, const Tensor& out, ReduceParams prm) {
+void reduce_floating(ReduceOp op, const ReduceLayout& p, const Tensor& out, ReduceParams prm) {
   using A = acc_type_t<T>;
   const char* name = op_name(op);
   check_out(out, dtype_of<T>, name);
@@ -612,7 +612,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const T
   const char* name = op_name(op);
   const bool order_free = op != ReduceOp::ArgMax && op != ReduceOp::ArgMin;
   const Prepared pr = prepare(*this, x, dims, order_free);
-  const Plan& p = pr.plan;
+  const ReduceLayout& p = pr.plan;
   switch (op) {
     case ReduceOp::Sum:
       return dispatch_all(x.dtype(), name, [&]<class T>() {

@@ -32,9 +32,10 @@
 //
 // Caching. One cuBLASLt handle per device; one 32 MiB workspace per stream, so that
 // products on different streams never share scratch memory (from the stream-ordered pool,
-// given back in stream order when the stream is destroyed); and one plan per problem (descriptors, layouts and the heuristic's
-// algorithm), keyed by device, dtypes, compute type, shapes, layouts and the pointers'
-// alignments (the heuristic assumes the alignment it was shown). A steady-state step
+// given back in stream order when the stream is destroyed); and one GemmPlan per problem
+// (descriptors, layouts and the heuristic's algorithm), keyed by device, dtypes, compute
+// type, shapes, layouts and the pointers' alignments (the heuristic assumes the alignment
+// it was shown). A steady-state step
 // creates no descriptor and calls no heuristic. Everything is queued on the current stream
 // of the tensors' device; nothing waits on the host.
 #include <array>
@@ -134,7 +135,8 @@ Mat matmul_operand(const Tensor& t) {
   const int64_t B = t.size(0), R = t.size(1), C = t.size(2), rs = t.stride(1), cs = t.stride(2);
   const int64_t bs = B > 1 ? t.stride(0) : 0;
   if (row_major_ok(R, C, rs, cs) || col_major_ok(R, C, rs, cs)) return describe(t.raw_data(), B, R, C, bs, rs, cs);
-  Tensor c = detail::contiguous_raw(B > 1 && bs == 0 ? detail::make_view(t, {1, R, C}, t.strides(), t.storage_offset()) : t);
+  const Tensor src = B > 1 && bs == 0 ? detail::make_view(t, {1, R, C}, t.strides(), t.storage_offset()) : t;
+  Tensor c = detail::contiguous_raw(src);
   Mat m = describe(c.raw_data(), B, R, C, B > 1 && bs == 0 ? 0 : R * C, C, 1);
   m.hold = std::move(c);
   return m;
@@ -220,7 +222,7 @@ struct KeyHash {
   }
 };
 
-struct Plan {
+struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;  // cuBLASLt's A (w), B (a), C = D (out)
   cublasLtMatmulAlgo_t algo{};
@@ -257,7 +259,7 @@ void set_epilogue_pointers(const char* op, cublasLtMatmulDesc_t desc, const Epi&
 
 // Builds the descriptors and asks the heuristic for an algorithm with the problem's
 // epilogue. Returns false (the plan's handles released) when cuBLASLt has none.
-bool build(const Problem& p, Plan& plan, cublasLtHandle_t h, const char* op) {
+bool build(const Problem& p, GemmPlan& plan, cublasLtHandle_t h, const char* op) {
   const cudaDataType t = cuda_type(p.dtype, op), td = cuda_type(p.out_dtype, op);
   const cudaDataType scale = p.dtype == kFloat64 ? CUDA_R_64F : CUDA_R_32F;
   AG_CUDA_CHECK(op, cublasLtMatmulDescCreate(&plan.desc, p.compute, scale));
@@ -314,14 +316,14 @@ bool build(const Problem& p, Plan& plan, cublasLtHandle_t h, const char* op) {
 
 // The cached plan of a problem, built on first use (a plan without an algorithm is cached
 // too, so the heuristic is asked once). Plans live for the process.
-Plan& get_plan(const Problem& p, cublasLtHandle_t h, const char* op) {
+GemmPlan& get_plan(const Problem& p, cublasLtHandle_t h, const char* op) {
   static std::mutex mu;
-  static auto* cache = new std::unordered_map<Problem::Key, std::unique_ptr<Plan>, KeyHash>();
+  static auto* cache = new std::unordered_map<Problem::Key, std::unique_ptr<GemmPlan>, KeyHash>();
   const Problem::Key key = p.key();
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache->find(key);
   if (it != cache->end()) return *it->second;
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<GemmPlan>();
   build(p, *plan, h, op);
   return *cache->emplace(key, std::move(plan)).first->second;
 }
@@ -380,7 +382,7 @@ bool gemm(Mat a, Mat w, int64_t B, int64_t M, int64_t K, int64_t N, const Epi& e
   p.w = &w;
   p.out = out.raw_data();
   const cublasLtHandle_t h = lt_handle(device, op);
-  Plan& plan = get_plan(p, h, op);
+  GemmPlan& plan = get_plan(p, h, op);
   if (!plan.ok) return false;
   void* ws = workspace(current_stream(out.device()), stream, op);
   const float one_f = 1, zero_f = 0;

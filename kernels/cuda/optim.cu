@@ -333,7 +333,8 @@ namespace {
 // Scales each element in place (computed in A) and raises *found_inf when the value before
 // scaling was inf or NaN. Threads that see one write the same 1.0f: a benign race.
 template <class T>
-__global__ void __launch_bounds__(kOptThreads) scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
+__global__ void __launch_bounds__(kOptThreads)
+    scale_check_kernel(TensorChunks<1> m, DeviceScalar factor, float* found_inf) {
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
   T* x = static_cast<T*>(m.ptr[0][k]);

@@ -1,7 +1,7 @@
 // Reductions on CUDA: every ReduceOp and max_min_dim, with the CPU's semantics
 // (kernels/cpu/reduce.cpp).
 //
-// The input is described by a Plan, as on the CPU: size-1 dims dropped, kept and reduced
+// The input is described by a ReduceLayout, as on the CPU: size-1 dims dropped, kept and reduced
 // dims listed apart (kept dims carry their stride in x and in the contiguous keepdim
 // output), kept dims and (for ops that do not report an index) reduced dims sorted by
 // stride, neighbours merged where strides allow. Any strides work; nothing is copied.
@@ -43,7 +43,7 @@ using kernels::kMaxLoopDims;
 // Kept dims outer to inner with their element strides in x (kxs) and in the contiguous
 // keepdim output (kos); reduced dims outer to inner with their element strides in x.
 // Linear output index o runs over the kept dims in this order, innermost fastest.
-struct Plan {
+struct ReduceLayout {
   int nk = 0, nr = 0;
   int64_t ksz[kMaxLoopDims], kxs[kMaxLoopDims], kos[kMaxLoopDims];
   int64_t rsz[kMaxLoopDims], rst[kMaxLoopDims];
@@ -54,7 +54,7 @@ struct Plan {
 // Sort key: larger strides outer; broadcast (stride-0) dims outermost of all.
 inline int64_t stride_key(int64_t s) { return s == 0 ? std::numeric_limits<int64_t>::max() : (s < 0 ? -s : s); }
 
-Plan make_plan(const Tensor& x, const Shape& dims, bool order_free) {
+ReduceLayout make_layout(const Tensor& x, const Shape& dims, bool order_free) {
   AG_CHECK(x.dim() <= kMaxLoopDims, "reduce", "tensors of more than ", kMaxLoopDims,
            " dims are not supported, got ", x.dim());
   const int64_t nd = x.dim();
@@ -73,7 +73,7 @@ Plan make_plan(const Tensor& x, const Shape& dims, bool order_free) {
     int64_t size, xs, os;
   };
   std::vector<Dim> kept, rdc;
-  Plan p;
+  ReduceLayout p;
   for (int64_t d = 0; d < nd; ++d) {
     const int64_t sz = x.sizes()[size_t(d)];
     (red[size_t(d)] ? p.R : p.M) *= sz;
@@ -116,7 +116,7 @@ Plan make_plan(const Tensor& x, const Shape& dims, bool order_free) {
 }
 
 // Offsets in x and in the output of linear output index o.
-__device__ __forceinline__ void kept_offsets(const Plan& p, int64_t o, int64_t& xoff, int64_t& ooff) {
+__device__ __forceinline__ void kept_offsets(const ReduceLayout& p, int64_t o, int64_t& xoff, int64_t& ooff) {
   xoff = 0;
   ooff = 0;
   for (int d = p.nk - 1; d >= 0; --d) {
@@ -128,7 +128,7 @@ __device__ __forceinline__ void kept_offsets(const Plan& p, int64_t o, int64_t& 
 }
 
 // Offset in x of flat reduced index r.
-__device__ __forceinline__ int64_t reduced_offset(const Plan& p, int64_t r) {
+__device__ __forceinline__ int64_t reduced_offset(const ReduceLayout& p, int64_t r) {
   if (p.nr == 1) return r * p.rst[0];
   int64_t off = 0;
   for (int d = p.nr - 1; d >= 0; --d) {
@@ -315,7 +315,7 @@ constexpr int64_t kMaxChunks = 1024;
 // Rows: group g = o * K + k (blockDim.x threads) reduces chunk k of output o; with K == 1
 // it writes the output, else its partial state into partial[g].
 template <class D, class Red, class Out>
-__global__ void __launch_bounds__(512) reduce_rows_kernel(const D* __restrict__ x, Plan p, Red red, Out out,
+__global__ void __launch_bounds__(512) reduce_rows_kernel(const D* __restrict__ x, ReduceLayout p, Red red, Out out,
                                                           int64_t K, typename Red::State* __restrict__ partial) {
   using A = typename Red::Acc;
   using State = typename Red::State;
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(512) reduce_rows_kernel(const D* __restrict__ 
 // outputs c along the innermost kept dim (size I, unit stride in x) and chunk k of their
 // reduced range, split over threadIdx.y.
 template <class D, class Red, class Out>
-__global__ void __launch_bounds__(512) reduce_cols_kernel(const D* __restrict__ x, Plan p, Red red, Out out,
+__global__ void __launch_bounds__(512) reduce_cols_kernel(const D* __restrict__ x, ReduceLayout p, Red red, Out out,
                                                           int64_t K, typename Red::State* __restrict__ partial) {
   using A = typename Red::Acc;
   using State = typename Red::State;
@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(512) reduce_cols_kernel(const D* __restrict__ 
 
 // Merges the K partial states of each output (partial[o * K .. o * K + K)) in a fixed tree.
 template <class Red, class Out>
-__global__ void __launch_bounds__(512) reduce_merge_kernel(Plan p, Red red, Out out, int64_t K,
+__global__ void __launch_bounds__(512) reduce_merge_kernel(ReduceLayout p, Red red, Out out, int64_t K,
                                                            const typename Red::State* __restrict__ partial) {
   using State = typename Red::State;
   __shared__ State smem[kGroupSlots];
@@ -425,7 +425,7 @@ int64_t chunks_for(int64_t units, int64_t R, int64_t min_chunk) {
 
 // Runs `red` over the plan, writing through `out`. T is the host type of x's dtype.
 template <class T, class Red, class Out>
-void run_reduce(const char* name, const Tensor& x, const Plan& p, const Red& red, const Out& out) {
+void run_reduce(const char* name, const Tensor& x, const ReduceLayout& p, const Red& red, const Out& out) {
   using D = dev_t<T>;
   using State = typename Red::State;
   if (p.M == 0) return;
@@ -481,13 +481,13 @@ void check_out(const Tensor& out, DType expected, const char* op) {
 }
 
 template <class T, class Red>
-void reduce_into(const char* name, const Tensor& x, const Plan& p, const Red& red, const Tensor& out) {
+void reduce_into(const char* name, const Tensor& x, const ReduceLayout& p, const Red& red, const Tensor& out) {
   run_reduce<T>(name, x, p, red, ValueOut<dev_t<T>>{out_ptr<T>(out)});
 }
 
 // First pass of Var / LogSumExp: one accumulation-type value per output, in a temporary.
 template <class T, class Red>
-Tensor reduce_to_temp(const char* name, const Tensor& x, const Plan& p, const Red& red) {
+Tensor reduce_to_temp(const char* name, const Tensor& x, const ReduceLayout& p, const Red& red) {
   using A = acc_type_t<T>;
   Tensor t = empty({p.M}, TensorOptions().dtype(dtype_of<A>).device(x.device()));
   run_reduce<T>(name, x, p, red, ValueOut<A>{static_cast<A*>(t.raw_data())});
@@ -495,7 +495,7 @@ Tensor reduce_to_temp(const char* name, const Tensor& x, const Plan& p, const Re
 }
 
 template <class T>
-void reduce_floating(ReduceOp op, const Tensor& x, const Plan& p, const Tensor& out, ReduceParams prm) {
+void reduce_floating(ReduceOp op, const Tensor& x, const ReduceLayout& p, const Tensor& out, ReduceParams prm) {
   using A = acc_type_t<T>;
   const char* name = op_name(op);
   check_out(out, dtype_of<T>, name);
@@ -531,7 +531,7 @@ void reduce_floating(ReduceOp op, const Tensor& x, const Plan& p, const Tensor& 
 }
 
 template <class T>
-void reduce_sum(const char* name, const Tensor& x, const Plan& p, const Tensor& out) {
+void reduce_sum(const char* name, const Tensor& x, const ReduceLayout& p, const Tensor& out) {
   using A = acc_type_t<T>;
   if constexpr (std::is_floating_point_v<A>) {
     check_out(out, dtype_of<T>, name);
@@ -543,7 +543,7 @@ void reduce_sum(const char* name, const Tensor& x, const Plan& p, const Tensor& 
 }
 
 template <class T>
-void reduce_extremum(ReduceOp op, const Tensor& x, const Plan& p, const Tensor& out) {
+void reduce_extremum(ReduceOp op, const Tensor& x, const ReduceLayout& p, const Tensor& out) {
   using A = acc_type_t<T>;
   const char* name = op_name(op);
   if (op == ReduceOp::Max || op == ReduceOp::Min) {
@@ -559,7 +559,7 @@ void reduce_extremum(ReduceOp op, const Tensor& x, const Plan& p, const Tensor& 
 }
 
 template <class T>
-void max_min_typed(bool is_max, const char* name, const Tensor& x, const Plan& p, const Tensor& values,
+void max_min_typed(bool is_max, const char* name, const Tensor& x, const ReduceLayout& p, const Tensor& values,
                    const Tensor& indices) {
   using A = acc_type_t<T>;
   check_out(values, dtype_of<T>, name);
@@ -575,7 +575,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
                          ReduceParams prm) {
   const char* name = op_name(op);
   const bool order_free = op != ReduceOp::ArgMax && op != ReduceOp::ArgMin;
-  const Plan p = make_plan(x, dims, order_free);
+  const ReduceLayout p = make_layout(x, dims, order_free);
   DeviceGuard guard(x.device().index, name);
   switch (op) {
     case ReduceOp::Sum:
@@ -593,7 +593,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
 void CudaBackend::max_min_dim(bool is_max, const Tensor& x, int64_t dim, const Tensor& values,
                               const Tensor& indices) {
   const char* name = is_max ? "max" : "min";
-  const Plan p = make_plan(x, Shape{dim}, false);
+  const ReduceLayout p = make_layout(x, Shape{dim}, false);
   DeviceGuard guard(x.device().index, name);
   dispatch_all(x.dtype(), name, [&]<class T>() { max_min_typed<T>(is_max, name, x, p, values, indices); });
 }
