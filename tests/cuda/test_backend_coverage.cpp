@@ -88,9 +88,9 @@ TEST(CudaBackendOps, Float32ProductsRoundToTf32UnderHighPrecisionOnly) {
 
 // A uint8 tensor of 2^31 + 4098 elements (2 GiB of emulated device memory, which is host
 // memory): the dense fill's vector index, a full sum's reduced range (split into chunks
-// and merged), a strided fill whose offsets pass 2^31 and index_select's source offsets all
-// go past what 32 bits hold. Values are read back at known positions, not compared with a
-// CPU copy.
+// and merged) and index_select's source offsets go past what 32 bits hold; a strided fill
+// writes the far end of each half. Values are read back at known positions, not compared
+// with a CPU copy.
 TEST(CudaBackendOps, TensorPastTwoToThe31ElementsIndexesIn64Bits) {
   AGT_NEED_CUDA();
   const int64_t N = (int64_t(1) << 31) + 4098;  // even, and not a multiple of the 16-byte vector

@@ -506,14 +506,16 @@ std::vector<Case> all_cases() {
                                   dt, 8.0);
                }});
   // The fused optimizer kernels take at most 36 tensors and 320 chunks of 65536 elements per
-  // launch (optim.cu's for_each_pack): one parameter of more than 320 chunks, whose last
-  // chunk opens the next pack, then 40 small ones, over two packs of tensors. Clipping's sum
-  // of squares and the grad scaler's unscale-and-check pack the same way. bfloat16 keeps
-  // the large one cheap (the float32 master weights still step).
+  // launch (optim.cu's for_each_pack): 5 small parameters, one of 321 chunks whose last 6
+  // continue in the next pack (from its slot 5 to slot 0 there), then 40 small ones, which
+  // fill that pack to 36 tensors and open a third. Clipping's sum of squares and the grad
+  // scaler's unscale-and-check pack the same way. bfloat16 keeps the large one cheap (the
+  // float32 master weights still step).
   c.push_back({"optimizer_packs", {"sgd_step", "adam_step", "scale_and_check", "update_scale", "sum_of_squares"}, {kBFloat16},
                [](DType dt) {
-                 std::vector<int64_t> sizes = {320 * 65536 + 100};
-                 for (int64_t k = 0; k < 40; ++k) sizes.push_back(1 + 37 * k);
+                 std::vector<int64_t> sizes;
+                 for (int64_t k = 0; k < 45; ++k) sizes.push_back(1 + 37 * k);
+                 sizes.insert(sizes.begin() + 5, 320 * 65536 + 100);
                  // SGD steps after clipping (sum_of_squares), AdamW through the grad scaler
                  // (gradients scaled by 1024, exact; scale_and_check unscales them).
                  for (int which = 0; which < 2; ++which) {
@@ -616,8 +618,10 @@ std::vector<Case> all_cases() {
                                       out.push_back(logical_and(a, b));
                                       out.push_back(logical_or(a, b));
                                     } else {
-                                      auto [v, i] = max(a, 0);
-                                      for (const Tensor& t : {a + b, a * b, a - b, maximum(a, b), minimum(a, b), a * 3, 2 + a, v, i})
+                                      // extrema of rows that are all negative (uint8 wraps) or all large
+                                      auto [v, i] = max(a - 60, 0);
+                                      for (const Tensor& t : {a + b, a * b, a - b, maximum(a, b), minimum(a, b), a * 3, 2 + a, v, i,
+                                                              amax(a - 60, {1}), amin(a + 60, {0}), argmax(a - 60, 0)})
                                         out.push_back(t);
                                     }
                                     return out;
