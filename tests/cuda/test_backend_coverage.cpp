@@ -53,10 +53,10 @@ Tensor ref_product(const Tensor& a, const Tensor& w, double (*round)(double)) {
 }
 double exact(double x) { return x; }
 
-// "high" lets CUDA compute float32 products with TF32 tensor cores: both operands rounded
-// to 11 significant bits, float32 sums. "highest" rounds nothing. The two references differ
+// "high" (as "medium") lets CUDA compute float32 products with TF32 tensor cores: both
+// operands rounded to 11 significant bits, float32 sums. "highest" rounds nothing. The two references differ
 // by far more than float32's tolerance, so each result matches one of them only.
-TEST(CudaBackendOps, Float32ProductsRoundToTf32UnderHighPrecisionOnly) {
+TEST(CudaBackendOps, Float32ProductsRoundToTf32UnderHighButNotHighest) {
   AGT_NEED_CUDA();
   PrecisionGuard restore;
   const int64_t M = 33, K = 70, N = 20;

@@ -3,7 +3,10 @@
 // on CUDA and on the CPU backend with the same inputs, in float32, float16 and bfloat16
 // (float64 where the op has it), and the results must agree within atol + rtol * |ref|
 // scaled by the dtype. NaN-ness is compared, not NaN payloads (kernels/cuda/common.cuh
-// says what GPU kernels promise).
+// says what GPU kernels promise). Further cases take the shapes that split a kernel's work
+// or its launches (chunked reductions, optimizer packs), broadcast batches, empty and
+// integer tensors, and a created stream; test_backend_coverage.cpp has what a comparison
+// with the CPU backend cannot check (TF32, a tensor past 2^31 elements).
 //
 // Without a CUDA device the comparisons skip, saying so; the coverage test runs everywhere:
 // it reads the entries declared in core/include/ampgrad/backend.h and fails for any entry
