@@ -633,6 +633,21 @@ std::vector<Case> all_cases() {
                                    constant_in(agt::rand64({5, 8}, -300, 300, false))},
                                   kFloat32, 0.0);
                }});
+  // In-place writes into views of a larger tensor, which is compared whole: a kernel that
+  // writes past its view (an off-by-one bound) changes the neighbours. The dense views start
+  // 16-byte aligned, so that they take the vectorised kernel, and leave a scalar tail.
+  c.push_back({"views_written", {"fill", "binary", "unary", "copy"}, kFloats, [](DType dt) {
+                 compare_backends("views_written",
+                                  [](const TensorList& x) {
+                                    Tensor buf = x[0].detach().clone();
+                                    buf.narrow(0, 8, 101).fill_(0.5);
+                                    buf.narrow(0, 120, 53).mul_(x[1].detach());
+                                    buf.narrow(0, 200, 120).view({40, 3}).narrow(1, 0, 2).copy_(x[2].detach());
+                                    buf.narrow(0, 336, 45).clamp_(-0.5, 0.5);
+                                    return TensorList{buf};
+                                  },
+                                  {uniform_in({400}), uniform_in({53}), uniform_in({40, 2})}, dt, 1.0);
+               }});
   // Cases run on a created stream (on_side_stream): the waits between streams that Event
   // gives, in strict mode.
   c.push_back({"side_stream", {"binary", "reduce", "matmul", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward"},
