@@ -3,7 +3,10 @@
 // on CUDA and on the CPU backend with the same inputs, in float32, float16 and bfloat16
 // (float64 where the op has it), and the results must agree within atol + rtol * |ref|
 // scaled by the dtype. NaN-ness is compared, not NaN payloads (kernels/cuda/common.cuh
-// says what GPU kernels promise).
+// says what GPU kernels promise). Further cases take the shapes that split a kernel's work
+// or its launches (chunked reductions, optimizer packs), broadcast batches, empty and
+// integer tensors, and a created stream; test_backend_coverage.cpp has what a comparison
+// with the CPU backend cannot check (TF32, a tensor past 2^31 elements).
 //
 // Without a CUDA device the comparisons skip, saying so; the coverage test runs everywhere:
 // it reads the entries declared in core/include/ampgrad/backend.h and fails for any entry
@@ -96,6 +99,14 @@ Input uniform_in(std::vector<int64_t> shape, double lo = -2, double hi = 2) {
 }
 Input index_in(std::vector<int64_t> shape, int64_t high) { return {randint(0, high, shape, kInt64), false}; }
 Input constant_in(Tensor t) { return {t, false}; }
+// Values in [-2, 2] on a grid of 1/64: exact in every floating dtype, and so are their sums
+// in float32 (a few million of them) in any order, so that a reduction's chunking cannot
+// hide behind rounding.
+Input grid_in(std::vector<int64_t> shape) {
+  std::vector<double> v = agt::rand64(shape, -2, 2, false).to_vector<double>();
+  for (double& e : v) e = std::round(e * 64) / 64;
+  return {from_vector<double>(v, shape), true};
+}
 // Class indices in [0, high) with every third one set to -100 (the default ignore_index).
 Input ignored_in(std::vector<int64_t> shape, int64_t high) {
   std::vector<int64_t> v = randint(0, high, shape, kInt64).to_vector<int64_t>();
@@ -110,6 +121,45 @@ Tensor attention_mask(int64_t Tq, int64_t Tk) {
   for (size_t i = 0; i < v.size(); i += 7) v[i] = -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < Tk; ++j) v[size_t(5 * Tk + j)] = -std::numeric_limits<double>::infinity();
   return from_vector<double>(v, {Tq, Tk});
+}
+
+// f run on a stream created for the call, as code that overlaps work does: the inputs are
+// made afresh on the current stream (a copy kernel each, differentiable), the side stream
+// waits for them through an Event, f's kernels run there, and the current stream waits for
+// its results. In strict mode (the test binary's, docs/cuda-emulator.md) work runs only
+// when something waits for it, so a missing or broken wait reads poison. On the CPU, f
+// runs as it is.
+Fn on_side_stream(Fn f) {
+  return [f](const TensorList& x) {
+    if (x.empty() || !x[0].device().is_cuda()) return f(x);
+    const Device d = x[0].device();
+    const Stream side = create_stream(d);
+    TensorList fresh, out;
+    for (const Tensor& t : x) fresh.push_back(t.clone());
+    {
+      Event ready(d, false);
+      ready.record();
+      StreamGuard guard(side);
+      ready.wait();
+      for (const Tensor& t : fresh) record_stream(t, side);
+      out = f(fresh);
+    }
+    Event done(d, false);
+    done.record(side);
+    done.wait();
+    for (const Tensor& t : out) record_stream(t, current_stream(d));
+    destroy_stream(side);
+    return out;
+  };
+}
+
+// out [B, M, N] = a @ w through the backend of a's device, bypassing the frontend (which
+// folds some broadcast batches into one 2-D product before the backend sees them).
+Tensor backend_matmul(const Tensor& a, const Tensor& w) {
+  NoGradGuard no_grad;
+  const Tensor out = empty({a.size(0), a.size(1), w.size(2)}, TensorOptions(a.dtype()).device(a.device()));
+  backend(a.device(), "matmul").matmul(a.detach(), w.detach(), out);
+  return out;
 }
 
 // ---- the cases ----------------------------------------------------------------------------
@@ -433,6 +483,182 @@ std::vector<Case> all_cases() {
                  const Tensor nc = nn::clip_grad_norm_({pc}, 1.0), ng = nn::clip_grad_norm_({pg}, 1.0);
                  EXPECT_TRUE(agt::allclose(ng.to(kCPU), nc, 1e-5, 0));
                  EXPECT_TRUE(agt::allclose(pg.grad().to(kCPU), pc.grad(), scaled(dt, 1.0)));
+               }});
+  // -- what the cases above leave out (issue 43 section 2)
+  // Reductions over dim 0 of tall [R, C] inputs take the columns kernel with the reduced
+  // range split into chunks (reduce.cu's chunks_for: few column blocks, R >= 8192) and the
+  // merge kernel; the 3-D input splits with two outer outputs per column.
+  c.push_back({"reduce_columns_split", {"reduce", "max_min_dim"}, {kFloat32, kBFloat16, kFloat64}, [](DType dt) {
+                 compare_backends("reduce_columns_split",
+                                  [](const TensorList& x) {
+                                    const Tensor a = x[0], b = x[1];
+                                    auto [v, i] = max(a, 0);
+                                    return TensorList{sum(a, {0}),     mean(a, {0}),     amax(a, {0}), argmin(a, 0), var(a, {0}),
+                                                      logsumexp(a, {0}), v,               i,            sum(b, {1}),  amin(b, {1})};
+                                  },
+                                  {grid_in({8200, 33}), grid_in({2, 8200, 20})}, dt, 8.0);
+               }});
+  // Layer norm's weight and bias gradients split the rows into chunks from 128 rows
+  // (norm.cu's launch_layer_norm_backward) and merge them; the second one has no bias.
+  c.push_back({"layer_norm_rows_split", {"layer_norm", "layer_norm_backward"}, kFloats, [](DType dt) {
+                 compare_backends("layer_norm_rows_split",
+                                  [](const TensorList& x) {
+                                    return TensorList{layer_norm(x[0], {96}, x[1], x[2]), layer_norm(x[3], {40}, x[4], Tensor())};
+                                  },
+                                  {uniform_in({2, 100, 96}), uniform_in({96}), uniform_in({96}), uniform_in({300, 40}), uniform_in({40})},
+                                  dt, 8.0);
+               }});
+  // The fused optimizer kernels take at most 36 tensors and 320 chunks of 65536 elements per
+  // launch (optim.cu's for_each_pack): 5 small parameters, one of 321 chunks whose last 6
+  // continue in the next pack (from its slot 5 to slot 0 there), then 40 small ones, which
+  // fill that pack to 36 tensors and open a third. Clipping's sum of squares and the grad
+  // scaler's unscale-and-check pack the same way. bfloat16 keeps the large one cheap (the
+  // float32 master weights still step).
+  c.push_back({"optimizer_packs", {"sgd_step", "adam_step", "scale_and_check", "update_scale", "sum_of_squares"}, {kBFloat16},
+               [](DType dt) {
+                 std::vector<int64_t> sizes;
+                 for (int64_t k = 0; k < 45; ++k) sizes.push_back(1 + 37 * k);
+                 sizes.insert(sizes.begin() + 5, 320 * 65536 + 100);
+                 // SGD steps after clipping (sum_of_squares), AdamW through the grad scaler
+                 // (gradients scaled by 1024, exact; scale_and_check unscales them).
+                 for (int which = 0; which < 2; ++which) {
+                   SCOPED_TRACE(which == 0 ? "SGD" : "AdamW");
+                   std::vector<Tensor> pc, pg;
+                   for (int64_t n : sizes) {
+                     const Tensor init = agt::randf({n}, dt);
+                     pc.push_back(init.detach().requires_grad_(true));
+                     pg.push_back(init.to(kGpu).detach().requires_grad_(true));
+                     const Tensor g = agt::randf({n}, dt) * (which == 1 ? 1024.0 : 1.0);
+                     pc.back().set_grad(g);
+                     pg.back().set_grad(g.to(kGpu));
+                   }
+                   if (which == 0) {
+                     optim::SGD oc(pc, {.lr = 0.1, .momentum = 0.9, .master_weights = true}),
+                         og(pg, {.lr = 0.1, .momentum = 0.9, .master_weights = true});
+                     const Tensor nc = nn::clip_grad_norm_(pc, 100.0), ng = nn::clip_grad_norm_(pg, 100.0);
+                     EXPECT_TRUE(agt::allclose(ng.to(kCPU), nc, 1e-4, 0)) << "the total norm";
+                     oc.step();
+                     og.step();
+                   } else {
+                     optim::AdamW oc(pc, {.lr = 0.01, .master_weights = true}), og(pg, {.lr = 0.01, .master_weights = true});
+                     GradScaler sc({.init_scale = 1024}), sg({.init_scale = 1024});
+                     EXPECT_TRUE(bool(sc.step(oc)));
+                     EXPECT_TRUE(bool(sg.step(og)));
+                     sc.update();
+                     sg.update();
+                     EXPECT_EQ(sg.get_scale(), sc.get_scale());
+                   }
+                   for (size_t k = 0; k < pc.size(); ++k)
+                     EXPECT_TRUE(agt::allclose(pg[k].detach().to(kCPU), pc[k].detach(), scaled(dt, 2.0))) << "parameter " << k;
+                 }
+               }});
+  // Batched products with broadcast operands: through the frontend, and through the backend
+  // directly so that its own batch handling runs: blas.cu's gemm() turns a shared right
+  // operand (batch stride 0) with left batches stored row after row into one tall GEMM;
+  // left batches with a gap between them, a transposed shared right operand, a broadcast
+  // left operand and two broadcast operands keep (or are) strided batches.
+  c.push_back({"matmul_broadcast", {"matmul"}, kFloats, [](DType dt) {
+                 compare_backends("matmul_broadcast",
+                                  [](const TensorList& x) {
+                                    const Tensor a = x[0], w = x[1], v = x[2], b = x[3], gapped = x[4].narrow(1, 0, 5),
+                                                 wt = x[5].t(), at = x[6].transpose(1, 2);
+                                    const std::vector<int64_t> wb = {3, 7, 4}, vb = {3, 5, 7};
+                                    return TensorList{matmul(a, w.expand(wb)),
+                                                      matmul(v.expand(vb), b),
+                                                      matmul(v.expand(vb), w.expand(wb)),
+                                                      backend_matmul(a, w.expand(wb)),
+                                                      backend_matmul(a, wt.expand(wb)),
+                                                      backend_matmul(gapped, w.expand(wb)),
+                                                      backend_matmul(at, w.expand(wb)),
+                                                      backend_matmul(v.expand(vb), b),
+                                                      backend_matmul(v.expand(vb), w.expand(wb))};
+                                  },
+                                  {uniform_in({3, 5, 7}), uniform_in({7, 4}), uniform_in({5, 7}), uniform_in({3, 7, 4}),
+                                   constant_in(agt::rand64({3, 6, 7}, -2, 2, false)), constant_in(agt::rand64({4, 7}, -2, 2, false)),
+                                   constant_in(agt::rand64({3, 7, 5}, -2, 2, false))},
+                                  dt, 8.0);
+               }});
+  // Empty tensors (numel 0) through elementwise ops, reductions (an empty sum is 0, an empty
+  // mean NaN), products with K = 0 (zeros, plus the bias) and M = 0, softmax, layer norm
+  // (zero parameter gradients), cat and index_select, forward and backward.
+  c.push_back({"empty",
+               {"unary", "binary", "reduce", "matmul", "linear", "softmax", "softmax_backward", "layer_norm",
+                "layer_norm_backward", "index_select", "index_add", "copy"},
+               kFloats, [](DType dt) {
+                 compare_backends("empty",
+                                  [](const TensorList& x) {
+                                    const Tensor e = x[0], z = x[3];
+                                    return TensorList{e * 2.0 + 1.0,        exp(e),          e - z.narrow(0, 0, 0),
+                                                      sum(e),               sum(e, {0}),     amax(e, {1}),
+                                                      mean(e, {0}),         matmul(x[1], x[2]), matmul(e, z.t()),
+                                                      linear(x[1], x[4], x[5]), softmax(e, -1), log_softmax(e, 0),
+                                                      layer_norm(e, {7}, x[6], x[7]), cat({e, z}, 0),
+                                                      z.index_select(0, x[8]), e.index_select(1, x[9])};
+                                  },
+                                  {uniform_in({0, 7}), uniform_in({3, 0}), uniform_in({0, 5}), uniform_in({4, 7}),
+                                   uniform_in({6, 0}), uniform_in({6}), uniform_in({7}), uniform_in({7}), index_in({0}, 4),
+                                   index_in({3}, 7)},
+                                  dt, 1.0);
+               }});
+  // Integer and bool tensors: arithmetic (uint8 wraps), comparisons, where, sums (into
+  // int64), extrema, index ops, strided copies and casts to and from float (out-of-range
+  // floats convert by the host's rule on both).
+  c.push_back({"integer", {"binary", "compare", "where", "reduce", "max_min_dim", "index_select", "gather", "copy"},
+               {kInt64, kInt32, kUInt8, kBool}, [](DType dt) {
+                 const bool is_bool = dt == kBool;
+                 auto ints = [&](std::vector<int64_t> shape, int64_t lo, int64_t hi) {
+                   return constant_in(randint(is_bool ? 0 : lo, is_bool ? 2 : hi, shape, kInt64).to(dt));
+                 };
+                 compare_backends(std::string("integer ") + dtype_name(dt),
+                                  [dt, is_bool](const TensorList& x) {
+                                    const Tensor a = x[0], b = x[1], f = x[4];
+                                    TensorList out = {eq(a, b), ne(a, b), lt(a, b), ge(a, b.t().contiguous().t()),
+                                                      where(ne(a, b), a, b), sum(a), sum(a, {0}), amax(a, {1}),
+                                                      argmax(a, 1), a.index_select(1, x[2]), a.gather(1, x[3]),
+                                                      a.transpose(0, 1).contiguous(), a.to(kFloat32), f.to(dt),
+                                                      cat({a, b.expand({3, 9})}, 0)};
+                                    if (is_bool) {
+                                      out.push_back(logical_and(a, b));
+                                      out.push_back(logical_or(a, b));
+                                    } else {
+                                      // extrema of rows that are all negative (uint8 wraps) or all large
+                                      auto [v, i] = max(a - 60, 0);
+                                      for (const Tensor& t : {a + b, a * b, a - b, maximum(a, b), minimum(a, b), a * 3, 2 + a, v, i,
+                                                              amax(a - 60, {1}), amin(a + 60, {0}), argmax(a - 60, 0)})
+                                        out.push_back(t);
+                                    }
+                                    return out;
+                                  },
+                                  {ints({6, 9}, -50, 50), ints({1, 9}, -50, 50), index_in({11}, 9), index_in({6, 4}, 9),
+                                   constant_in(agt::rand64({5, 8}, -300, 300, false))},
+                                  kFloat32, 0.0);
+               }});
+  // In-place writes into views of a larger tensor, which is compared whole: a kernel that
+  // writes past its view (an off-by-one bound) changes the neighbours. The dense views start
+  // 16-byte aligned, so that they take the vectorised kernel, and leave a scalar tail.
+  c.push_back({"views_written", {"fill", "binary", "unary", "copy"}, kFloats, [](DType dt) {
+                 compare_backends("views_written",
+                                  [](const TensorList& x) {
+                                    Tensor buf = x[0].detach().clone();
+                                    buf.narrow(0, 8, 101).fill_(0.5);
+                                    buf.narrow(0, 120, 53).mul_(x[1].detach());
+                                    buf.narrow(0, 200, 120).view({40, 3}).narrow(1, 0, 2).copy_(x[2].detach());
+                                    buf.narrow(0, 336, 45).clamp_(-0.5, 0.5);
+                                    return TensorList{buf};
+                                  },
+                                  {uniform_in({400}), uniform_in({53}), uniform_in({40, 2})}, dt, 1.0);
+               }});
+  // Cases run on a created stream (on_side_stream): the waits between streams that Event
+  // gives, in strict mode.
+  c.push_back({"side_stream", {"binary", "reduce", "matmul", "softmax", "softmax_backward", "layer_norm", "layer_norm_backward"},
+               kLowp, [](DType dt) {
+                 compare_backends("side_stream",
+                                  on_side_stream([](const TensorList& x) {
+                                    return TensorList{x[0] * x[1], sum(x[0], {1}), matmul(x[0], x[2]), softmax(x[0], -1),
+                                                      layer_norm(x[0], {40}, x[3], x[4])};
+                                  }),
+                                  {uniform_in({17, 40}), uniform_in({1, 40}), uniform_in({40, 9}), uniform_in({40}), uniform_in({40})},
+                                  dt, 8.0);
                }});
   return c;
 }

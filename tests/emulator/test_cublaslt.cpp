@@ -329,15 +329,6 @@ TEST(CublasLtEmu, RowOrderLayouts) {
 
 // ---- TF32 ---------------------------------------------------------------------------------------------
 
-// x rounded to 11 significant bits, to nearest with ties away from zero: TF32 (10 stored
-// mantissa bits) by frexp and std::round.
-double tf32(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  int e = 0;
-  const double m = std::frexp(x, &e);  // [0.5, 1)
-  return std::ldexp(std::round(std::ldexp(m, 11)), e - 11);
-}
-
 // The 1 x 1 product x * y under `compute`.
 float product(float x, float y, cublasComputeType_t compute) {
   Operand a = operand(ag::kFloat32, 1, 1, 1, false, 0, 0), w = operand(ag::kFloat32, 1, 1, 1, false, 0, 0);
@@ -370,7 +361,7 @@ TEST(CublasLtEmu, FastTf32RoundsBothOperandsToTf32) {
   std::vector<double> ref(size_t(M * N), 0.0);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t k = 0; k < K; ++k) ref[size_t(m * N + n)] += tf32(a.value(0, m, k)) * tf32(w.value(0, k, n));
+      for (int64_t k = 0; k < K; ++k) ref[size_t(m * N + n)] += agt::tf32(a.value(0, m, k)) * agt::tf32(w.value(0, k, n));
   EXPECT_TRUE(agt::allclose(matrices(out), as_tensor(ref, out), agt::fp32_tol(K)));
   // ... which the exact product misses by far more than float32's rounding.
   EXPECT_FALSE(agt::allclose(matrices(out), as_tensor(ref_product(a, w), out), agt::fp32_tol(K)));

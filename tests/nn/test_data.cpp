@@ -517,6 +517,34 @@ TEST(DataLoader, CudaDevice) {
   }
 }
 
+// A CUDA loader copies each batch on its own stream and makes the consumer's stream wait
+// for it (an Event). Read here by kernels on the consumer's stream, in the test binary's
+// strict emulation (docs/cuda-emulator.md), where queued work runs only when something
+// waits for it: with pageable batches and no prefetch nothing else runs the copy first, so
+// a missing wait reads poison. (A pinned batch's next allocation queries the events of the
+// pinned copies before it, which runs them: that loader would hide a missing wait.)
+TEST(DataLoader, CudaBatchesAreReadyOnTheConsumersStream) {
+  if (!built_with_cuda()) AGT_SKIP_BUILD() << "built without CUDA";
+  if (hw::query().cuda.empty()) AGT_SKIP_HARDWARE() << "no CUDA device";
+  for (bool pin : {false, true}) {
+    SCOPED_TRACE(pin ? "pinned" : "pageable");
+    data::DataLoader loader(numbered(6), {.batch_size = 2, .prefetch = false, .pin_memory = pin, .device = Device(kCUDA)});
+    std::vector<int64_t> ids;
+    for (const data::Batch& b : loader) {
+      const Tensor target = b.target + 0, input = b.input * 1.0;  // kernels on the consumer's stream
+      const std::vector<int64_t> t = target.to_vector<int64_t>();
+      const std::vector<double> in = input.to(kFloat64).to_vector<double>();
+      ASSERT_EQ(in.size(), 2 * t.size());
+      for (size_t i = 0; i < t.size(); ++i) {
+        EXPECT_EQ(in[2 * i], double(t[i]));
+        EXPECT_EQ(in[2 * i + 1], -double(t[i]));
+      }
+      ids.insert(ids.end(), t.begin(), t.end());
+    }
+    EXPECT_EQ(ids, iota(6));
+  }
+}
+
 TEST(DataTensorDataset, BatchesAndShapeCheck) {
   Tensor x = arange(12, kFloat32).view({4, 3});
   Tensor y = from_vector<int64_t>({10, 11, 12, 13}, {4});

@@ -420,6 +420,13 @@ std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches) {
   return out;
 }
 
+double tf32(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(x, &e);  // [0.5, 1)
+  return std::ldexp(std::round(std::ldexp(m, 11)), e - 11);
+}
+
 Tol fp32_tol(int64_t K) { return {1e-5, 4e-6 * std::sqrt(double(std::max<int64_t>(K, 1)))}; }
 
 }  // namespace agt

@@ -131,6 +131,11 @@ std::vector<int64_t> flat(const std::vector<std::vector<int64_t>>& batches);
 /// the result much smaller than its terms, so the absolute tolerance grows with sqrt(K).
 Tol fp32_tol(int64_t K);
 
+/// x rounded to TF32 (11 significant bits: 10 stored mantissa bits), to nearest with ties
+/// away from zero, as cvt.rna.tf32.f32 and the emulated cuBLASLt round; by frexp and
+/// std::round, independent of the library.
+double tf32(double x);
+
 /// Whether the CPU kernels' instruction-set level in force (ag::hw::kernel_isa()) is `name`
 /// or wider (the order of ag::hw::kernel_isas()).
 bool kernel_isa_at_least(const std::string& name);
