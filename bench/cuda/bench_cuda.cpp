@@ -101,8 +101,15 @@ void BM_gemm_cublaslt(benchmark::State& state, ag::DType dt, int64_t n) {
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   BENCH_LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &heur, &found));
+  if (found == 0) {  // heur.algo is then not an algorithm
+    state.SkipWithError("cuBLASLt has no algorithm for this product");
+    return;
+  }
   const float alpha = 1, beta = 0;
   const cudaStream_t stream = static_cast<cudaStream_t>(ag::stream_handle(ag::current_stream(kGpu)));
+  // One checked call first: the timed ones cannot report a failure.
+  BENCH_LT_CHECK(cublasLtMatmul(lt, op, &alpha, b.raw_data(), lb, a.raw_data(), la, &beta, c.raw_data(), lc,
+                                c.raw_data(), lc, &heur.algo, workspace.raw_data(), ws, stream));
   time_on_gpu(state, [&] {
     cublasLtMatmul(lt, op, &alpha, b.raw_data(), lb, a.raw_data(), la, &beta, c.raw_data(), lc, c.raw_data(), lc,
                    &heur.algo, workspace.raw_data(), ws, stream);
