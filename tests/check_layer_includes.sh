@@ -3,7 +3,8 @@
 # with its own headers and those below it only (CMakeLists.txt, AMPGRAD_<layer>_INCLUDES).
 # For each layer, a file including one of its own public headers compiles with that layer's
 # include path, and a file including a header of the layer above it, or another layer's
-# private folder, fails with "No such file".
+# private folder, fails because the header is not found ("No such file" from GCC, "file not
+# found" from Clang).
 #
 # Usage: check_layer_includes.sh <c++ compiler> <work-dir> <layer>=<include dirs, :-separated> ...
 set -euo pipefail
@@ -55,7 +56,7 @@ for arg in "$@"; do
       echo "check_layer_includes: $layer/ compiles an include of $h, which its layer must not reach"
       exit 1
     fi
-    grep -q "No such file" "$work/probe.err" || { echo "check_layer_includes: $layer/ with $h failed otherwise:"; cat "$work/probe.err"; exit 1; }
+    grep -qE "No such file|file not found" "$work/probe.err" || { echo "check_layer_includes: $layer/ with $h failed otherwise:"; cat "$work/probe.err"; exit 1; }
     checked=$((checked + 1))
   done
 done
