@@ -78,6 +78,9 @@ AG_UNARY_FN(GeluTanh, true, {
   return x / (A(1) + std::exp(A(-2) * k * (x + A(0.044715) * x * x * x)));
 })
 AG_UNARY_FN(Silu, true, return x / (A(1) + std::exp(-x));)
+// log(1 + e^x) as max(x, 0) + log1p(e^-|x|): no overflow for large x, and full relative
+// accuracy for very negative x (where the value is about e^x).
+AG_UNARY_FN(Softplus, true, return (x > A(0) ? x : A(0)) + std::log1p(std::exp(x < A(0) ? x : A(-x)));)
 AG_UNARY_FN(PowScalar, true, {
   const A e = A(p.a);
   if (e == A(2)) return x * x;

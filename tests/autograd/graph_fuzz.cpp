@@ -811,6 +811,7 @@ Tensor log_f(const Tensor& x) { return ag::log(x); }
 Tensor log1p_f(const Tensor& x) { return ag::log1p(x); }
 Tensor tanh_f(const Tensor& x) { return ag::tanh(x); }
 Tensor sigmoid_f(const Tensor& x) { return ag::sigmoid(x); }
+Tensor softplus_f(const Tensor& x) { return ag::softplus(x); }
 Tensor relu_f(const Tensor& x) { return ag::relu(x); }
 Tensor silu_f(const Tensor& x) { return ag::silu(x); }
 Tensor clone_f(const Tensor& x) { return ag::clone(x); }
@@ -1126,6 +1127,7 @@ void add_elementwise(std::vector<OpDef>& t) {
   add_unary(t, "log1p", log1p_f, Dom::Log1pArg);
   add_unary(t, "tanh", tanh_f, Dom::Any);
   add_unary(t, "sigmoid", sigmoid_f, Dom::Any);
+  add_unary(t, "softplus", softplus_f, Dom::Any);
   add_unary(t, "relu", relu_f, Dom::Kink, false, 3);
   add_unary(t, "silu", silu_f, Dom::Any);
   add_unary(t, "clone", clone_f, Dom::Any, true, 1);

@@ -215,6 +215,7 @@ std::vector<Case> all_cases() {
   c.push_back(unary_case("log1p", [](const Tensor& x) { return log1p(x); }, -0.5, 4));
   c.push_back(unary_case("tanh", [](const Tensor& x) { return tanh(x); }));
   c.push_back(unary_case("sigmoid", [](const Tensor& x) { return sigmoid(x); }));
+  c.push_back(unary_case("softplus", [](const Tensor& x) { return softplus(x); }));
   c.push_back(unary_case("relu", [](const Tensor& x) { return relu(x); }));
   c.push_back(unary_case("gelu", [](const Tensor& x) { return gelu(x); }));
   c.push_back(unary_case("gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }));

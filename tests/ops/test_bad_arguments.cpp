@@ -80,6 +80,7 @@ const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>>&
       {"log1p", [](const Tensor& x) { return log1p(x); }},
       {"tanh", [](const Tensor& x) { return tanh(x); }},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
+      {"softplus", [](const Tensor& x) { return softplus(x); }},
       {"relu", [](const Tensor& x) { return relu(x); }},
       {"gelu", [](const Tensor& x) { return gelu(x); }},
       {"silu", [](const Tensor& x) { return silu(x); }},

@@ -30,6 +30,7 @@ const std::vector<UnaryCase>& unary_cases() {
       {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log1p(x); }, -0.5, 3},
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, -2, 2},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -3, 3},
+      {"softplus", [](const Tensor& x) { return softplus(x); }, [](double x) { return std::log1p(std::exp(x)); }, -4, 4},
       {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0; }, -2, 2},
       {"gelu", [](const Tensor& x) { return gelu(x); }, ref_gelu, -3, 3},
       {"gelu_tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, ref_gelu_tanh, -3, 3},
@@ -51,6 +52,20 @@ Tensor smooth_input(const std::vector<int64_t>& shape, double lo, double hi) {
 }
 
 }  // namespace
+
+// softplus far from 0: no overflow where e^x does (x = 800, or 100 in float32), and the
+// value e^x kept to full relative accuracy where 1 + e^x rounds to 1 (x = -30, -100, -700).
+TEST(Elementwise, SoftplusNeitherOverflowsNorLosesSmallValues) {
+  const std::vector<double> xs = {-700, -100, -30, 0, 30, 100, 800};
+  const std::vector<double> y = softplus(from_vector<double>(xs, {7})).to_vector<double>();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i], ref = x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    EXPECT_NEAR(y[i], ref, 4e-16 * std::abs(ref)) << "x = " << x;
+  }
+  const std::vector<float> f = softplus(from_vector<double>({100, -30}, {2}).to(kFloat32)).to_vector<float>();
+  EXPECT_EQ(f[0], 100.0f);
+  EXPECT_NEAR(f[1], std::exp(-30.0), 2e-7 * std::exp(-30.0));
+}
 
 TEST(Elementwise, UnaryValuesMatchReference) {
   manual_seed(1);

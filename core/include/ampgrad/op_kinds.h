@@ -24,6 +24,7 @@
   _(GeluErf)            \
   _(GeluTanh)           \
   _(Silu)               \
+  _(Softplus)           \
   _(PowScalar)          \
   _(Clamp)
 

@@ -476,6 +476,10 @@ Tensor tanh(const Tensor& x) {
                     return binary_raw(BinaryOp::TanhBackward, g, cast_raw(y, g.dtype()));
                   });
 }
+Tensor softplus(const Tensor& x) {
+  return unary_op({.op = UnaryOp::Softplus, .name = "softplus", .float_only = true, .save_input = true}, x,
+                  [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sigmoid(x)); });
+}
 Tensor sigmoid(const Tensor& x) {
   return unary_op({.op = UnaryOp::Sigmoid, .name = "sigmoid", .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {

@@ -47,6 +47,9 @@ Tensor log(const Tensor& x);
 Tensor log1p(const Tensor& x);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+/// log(1 + e^x), computed as max(x, 0) + log1p(e^-|x|) (PyTorch's softplus with beta 1 and
+/// no threshold); its gradient is sigmoid(x).
+Tensor softplus(const Tensor& x);
 Tensor relu(const Tensor& x);
 /// approximate: "none" (erf form) or "tanh".
 Tensor gelu(const Tensor& x, std::string_view approximate = "none");
