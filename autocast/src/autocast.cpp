@@ -103,7 +103,7 @@ int depth(DeviceType t) { return state(t).depth; }
 size_t cache_size() { return t_state.cache.size(); }
 bool any_enabled() { return t_state.enabled_count > 0 && !dispatch::autocast_excluded(); }
 
-std::vector<DType> cast_dtypes(std::string_view op, DeviceType type, DType autocast_dtype,
+std::vector<DType> cast_dtypes(OpName op, DeviceType type, DType autocast_dtype,
                                const std::vector<DType>& inputs) {
   std::vector<DType> out = inputs;
   auto castable = [](DType d) { return is_floating(d) && d != kFloat64; };
@@ -126,7 +126,7 @@ std::vector<DType> cast_dtypes(std::string_view op, DeviceType type, DType autoc
   return out;
 }
 
-std::vector<Tensor> cast_inputs(const char* op, std::vector<Tensor> inputs) {
+std::vector<Tensor> cast_inputs(OpName op, std::vector<Tensor> inputs) {
   if (!any_enabled()) return inputs;
   const Tensor* first = nullptr;
   for (const Tensor& t : inputs)
@@ -148,9 +148,9 @@ std::vector<Tensor> cast_inputs(const char* op, std::vector<Tensor> inputs) {
   return inputs;
 }
 
-std::optional<std::vector<Tensor>> cast_if_needed(const char* op, const std::vector<Tensor>& inputs) {
+std::optional<std::vector<Tensor>> cast_if_needed(OpId op, const std::vector<Tensor>& inputs) {
   if (!any_enabled()) return std::nullopt;
-  std::vector<Tensor> out = cast_inputs(op, inputs);
+  std::vector<Tensor> out = cast_inputs(OpName{op}, inputs);
   for (size_t i = 0; i < out.size(); ++i)
     if (out[i].unsafe_impl() != inputs[i].unsafe_impl()) return out;
   return std::nullopt;

@@ -55,40 +55,35 @@ void Backend::fill(const Tensor&, double) { AG_MISSING("fill"); }
 void Backend::unary(UnaryOp op, const Tensor&, const Tensor&, UnaryParams) { AG_MISSING(op_name(op)); }
 void Backend::binary(BinaryOp op, const Operand&, const Operand&, const Tensor&) { AG_MISSING(op_name(op)); }
 void Backend::compare(CompareOp op, const Operand&, const Operand&, const Tensor&) { AG_MISSING(op_name(op)); }
-void Backend::where(const Tensor&, const Operand&, const Operand&, const Tensor&) { AG_MISSING("where"); }
+void Backend::where(const Tensor&, const Operand&, const Operand&, const Tensor&) { AG_MISSING(op::where); }
 void Backend::reduce(ReduceOp op, const Tensor&, const Shape&, const Tensor&, ReduceParams) { AG_MISSING(op_name(op)); }
-void Backend::max_min_dim(bool, const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("max"); }
+void Backend::max_min_dim(bool, const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING(op::max); }
 void Backend::uniform(const Tensor&, double, double, uint64_t, uint64_t) { AG_MISSING("uniform"); }
 void Backend::normal(const Tensor&, double, double, uint64_t, uint64_t) { AG_MISSING("normal"); }
-void Backend::index_select(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("index_select"); }
+void Backend::index_select(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING(op::index_select); }
 void Backend::index_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("index_add"); }
-void Backend::gather(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("gather"); }
+void Backend::gather(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING(op::gather); }
 void Backend::scatter_add(const Tensor&, int64_t, const Tensor&, const Tensor&) { AG_MISSING("scatter_add"); }
-void Backend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("matmul"); }
-void Backend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("linear"); }
-Tensor Backend::linear_act(const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, bool) { AG_MISSING("linear"); }
-void Backend::linear_act_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Activation, const Tensor&, const Tensor&) { AG_MISSING("linear"); }
-void Backend::conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
-void Backend::conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
-void Backend::conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING("conv2d"); }
-Tensor Backend::max_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("max_pool2d"); }
-void Backend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("max_pool2d"); }
-void Backend::avg_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("avg_pool2d"); }
-void Backend::avg_pool2d_backward(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING("avg_pool2d"); }
-void Backend::softmax(const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING("softmax"); }
-void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING("softmax"); }
-void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
-void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("layer_norm"); }
+void Backend::matmul(const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op::matmul); }
+void Backend::linear(const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op::linear); }
+void Backend::conv2d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING(op::conv2d); }
+void Backend::conv2d_backward_input(const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING(op::conv2d); }
+void Backend::conv2d_backward_weight(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Conv2dParams&) { AG_MISSING(op::conv2d); }
+Tensor Backend::max_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING(op::max_pool2d); }
+void Backend::max_pool2d_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING(op::max_pool2d); }
+void Backend::avg_pool2d(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING(op::avg_pool2d); }
+void Backend::avg_pool2d_backward(const Tensor&, const Tensor&, const Pool2dParams&) { AG_MISSING(op::avg_pool2d); }
+void Backend::softmax(const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING(op::softmax); }
+void Backend::softmax_backward(const Tensor&, const Tensor&, int64_t, bool, const Tensor&) { AG_MISSING(op::softmax); }
+void Backend::layer_norm(const Tensor&, int64_t, const Tensor&, const Tensor&, double, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op::layer_norm); }
+void Backend::layer_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING(op::layer_norm); }
 int64_t Backend::layer_norm_inner(const Tensor& x, const Tensor& mean, const Tensor& grad_w, const Tensor& grad_b) {
   const int64_t rows = mean.numel();
   return grad_w.defined() ? grad_w.numel() : grad_b.defined() ? grad_b.numel() : rows > 0 ? x.numel() / rows : 0;
 }
 
-void Backend::cross_entropy(const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
-void Backend::cross_entropy_backward(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING("cross_entropy"); }
-
-void Backend::attention(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, const Tensor&, const Tensor&) { AG_MISSING("scaled_dot_product_attention"); }
-void Backend::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AttentionParams&, const Tensor&, const Tensor&, const Tensor&) { AG_MISSING("scaled_dot_product_attention"); }
+void Backend::cross_entropy(const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING(op::cross_entropy); }
+void Backend::cross_entropy_backward(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, int64_t, double, const Tensor&, const Tensor&) { AG_MISSING(op::cross_entropy); }
 
 void Backend::sgd_step(const OptimizerLists&, const SgdParams&) { AG_MISSING("SGD"); }
 void Backend::adam_step(const OptimizerLists&, const AdamParams&) { AG_MISSING("Adam"); }
@@ -124,6 +119,31 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
 }
 
 // ---- composed forms of the fused entries ------------------------------------------------
+// One rule for every fused entry (linear_act, conv2d_block, attention and their backwards):
+// Backend's default is the composition of the backend's own primitive entries, and a
+// backend overrides the entry only where it has a fused form, calling the *_composed helper
+// itself for the cases that form does not cover.
+
+Tensor Backend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                           const Tensor& out, bool keep) {
+  return linear_act_composed(x, weight, bias, act, out, keep);
+}
+
+void Backend::linear_act_backward(const Tensor& g, const Tensor& next_weight, const Tensor& out, const Tensor& saved,
+                                  Activation act, const Tensor& grad_pre, const Tensor& grad_bias) {
+  linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
+}
+
+void Backend::attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                        const AttentionParams& p, const Tensor& out, const Tensor& lse) {
+  attention_composed(q, k, v, mask, p, out, lse);
+}
+
+void Backend::attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p,
+                                 const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) {
+  attention_backward_composed(grad_out, q, k, v, mask, out, lse, p, grad_q, grad_k, grad_v);
+}
 
 Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p) {
   Shape s{x[0], w[0], 0, 0};
@@ -145,7 +165,7 @@ void Backend::conv2d_block_backward(const Tensor& g, const Tensor& x, const Tens
 
 TensorList Backend::conv2d_block_composed(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                                           const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
-  AG_CHECK(act == Activation::None || act == Activation::Relu, "conv2d_block",
+  AG_CHECK(act == Activation::None || act == Activation::Relu, op::conv2d_block,
            "the activation must be none or relu, got ", activation_name(act));
   Tensor y = make_tensor(conv2d_output_shape(x.sizes(), w.sizes(), p), out.dtype(), out.device());
   conv2d(x, w, bias, y, p);
@@ -158,7 +178,7 @@ void Backend::conv2d_block_backward_composed(const Tensor& g, const Tensor& x, c
                                              const TensorList& saved, const Conv2dParams& p, Activation act,
                                              const Pool2dParams& pool, const Tensor& grad_x, const Tensor& grad_w,
                                              const Tensor& grad_bias) {
-  AG_CHECK(saved.size() == 2, "conv2d_block", "internal: expected the activation and the pooling's result");
+  AG_CHECK(saved.size() == 2, op::conv2d_block, "internal: expected the activation and the pooling's result");
   const Tensor& y = saved[0];
   Tensor gy = make_tensor(y.sizes(), g.dtype(), g.device());
   max_pool2d_backward(g, y, saved[1], gy, pool);
@@ -180,7 +200,7 @@ void Backend::linear_act_backward_composed(const Tensor& g, const Tensor& next_w
                                            const Tensor& pre, Activation act, const Tensor& grad_pre,
                                            const Tensor& grad_bias) {
   const Tensor& saved = activation_grad_reads_output(act) ? out : pre;
-  AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act), " needs the ",
+  AG_CHECK(saved.defined(), op::linear, "the gradient of ", activation_name(act), " needs the ",
            activation_grad_reads_output(act) ? "output" : "pre-activation", ", which was not kept");
   const int64_t N = grad_pre.size(1);
   if (next_weight.defined()) {

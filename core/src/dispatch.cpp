@@ -20,7 +20,7 @@ void set_autocast_enabled(bool enabled) {
   else detail::t_autocast_flags &= uint8_t(~detail::kAutocastEnabled);
 }
 
-std::optional<std::vector<Tensor>> detail::call_autocast_hook(const char* op, const std::vector<Tensor>& inputs) {
+std::optional<std::vector<Tensor>> detail::call_autocast_hook(OpId op, const std::vector<Tensor>& inputs) {
   const InputHook hook = g_autocast_hook.load(std::memory_order_acquire);
   return hook ? hook(op, inputs) : std::nullopt;
 }

@@ -235,20 +235,20 @@ Tensor draw_below(Tensor u, const Operand& p) {
     u.uniform_(0.0, 1.0);
   }
   Tensor hit = make_tensor(u.sizes(), kBool, u.device());
-  backend(u.device(), "bernoulli").compare(CompareOp::Lt, u, p, hit);
+  backend(u.device(), op::bernoulli).compare(CompareOp::Lt, u, p, hit);
   return detail::cast_raw(hit, u.dtype());
 }
 }  // namespace
 
 Tensor bernoulli(const Tensor& p) {
-  AG_CHECK(p.is_floating_point(), "bernoulli", "probabilities must be floating, got ", dtype_name(p.dtype()));
+  AG_CHECK(p.is_floating_point(), op::bernoulli, "probabilities must be floating, got ", dtype_name(p.dtype()));
   return draw_below(make_tensor(p.sizes(), p.dtype(), p.device()), p);
 }
 
 Tensor bernoulli(const std::vector<int64_t>& shape, double p, TensorOptions opts) {
-  AG_CHECK(p >= 0 && p <= 1, "bernoulli", "p must be in [0, 1], got ", p);
-  AG_CHECK(is_floating(opts.dtype()), "bernoulli", "probabilities must be floating, got ", dtype_name(opts.dtype()));
-  return draw_below(make_tensor(Shape(shape), opts.dtype(), opts.device(), "bernoulli"), Operand::scalar(p));
+  AG_CHECK(p >= 0 && p <= 1, op::bernoulli, "p must be in [0, 1], got ", p);
+  AG_CHECK(is_floating(opts.dtype()), op::bernoulli, "probabilities must be floating, got ", dtype_name(opts.dtype()));
+  return draw_below(make_tensor(Shape(shape), opts.dtype(), opts.device(), op::bernoulli), Operand::scalar(p));
 }
 
 Tensor rand_like(const Tensor& t) { return rand(t.sizes().vec(), t.options()); }

@@ -8,6 +8,7 @@
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
+#include "ampgrad/op_ids.h"
 #include "ampgrad/op_kinds.h"
 #include "ampgrad/raw.h"
 #include "ampgrad/tensor.h"

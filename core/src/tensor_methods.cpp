@@ -32,7 +32,7 @@ Tensor Tensor::unsqueeze(int64_t d) const { return ampgrad::unsqueeze(*this, d);
 Tensor Tensor::contiguous() const { return ampgrad::contiguous(*this); }
 Tensor Tensor::clone() const { return ampgrad::clone(*this); }
 Tensor Tensor::to(DType dt) const {
-  detail::check_defined(*this, "to", "input");
+  detail::check_defined(*this, op::to, "input");
   return to_dtype(*this, dt);
 }
 
@@ -44,10 +44,10 @@ thread_local std::function<void(const char*)> t_sync_observer;
 // destination's, between devices) moves the bytes, on its current stream; only a copy to a
 // device may be non-blocking.
 Tensor copy_to_device(const Tensor& t, Device d, bool non_blocking) {
-  Backend& dst_be = backend(d, "to");
-  Backend& src_be = backend(t.device(), "to");
+  Backend& dst_be = backend(d, op::to);
+  Backend& src_be = backend(t.device(), op::to);
   Tensor src = detail::contiguous_raw(t);
-  Tensor out = make_tensor(t.sizes(), t.dtype(), d, "to");
+  Tensor out = make_tensor(t.sizes(), t.dtype(), d, op::to);
   const Device mover_device = d.is_cpu() ? t.device() : d;
   Backend& mover = d.is_cpu() ? src_be : dst_be;
   const Stream stream = current_stream(mover_device);
@@ -80,13 +80,13 @@ Tensor detail::host_values(const Tensor& t, const char* what) {
 }
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
-  detail::check_defined(*this, "to", "input");
+  detail::check_defined(*this, op::to, "input");
   if (d == device()) return *this;
   if (d.is_cpu()) detail::note_host_sync("to(cpu)");
   Tensor out = copy_to_device(*this, d, non_blocking);
   if (any_requires_grad({this})) {
     const Device from = device();
-    record("to", {*this}, {out}, [from](const TensorList& g, GradMask) -> TensorList { return {g[0].to(from)}; });
+    record(op::to, {*this}, {out}, [from](const TensorList& g, GradMask) -> TensorList { return {g[0].to(from)}; });
   }
   return out;
 }
@@ -176,34 +176,34 @@ Tensor& binary_inplace(Tensor& self, const char* name, BinaryOp op, const Tensor
 Tensor& Tensor::add_(const Tensor& o, Scalar alpha) {
   if (alpha.to_double() != 1.0) {
     Tensor scaled = ampgrad::mul(o, alpha);
-    return binary_inplace(*this, "add_", BinaryOp::Add, &scaled, {}, [&] { return ampgrad::add(*this, scaled); });
+    return binary_inplace(*this, op::add_, BinaryOp::Add, &scaled, {}, [&] { return ampgrad::add(*this, scaled); });
   }
-  return binary_inplace(*this, "add_", BinaryOp::Add, &o, {}, [&] { return ampgrad::add(*this, o); });
+  return binary_inplace(*this, op::add_, BinaryOp::Add, &o, {}, [&] { return ampgrad::add(*this, o); });
 }
 Tensor& Tensor::add_(Scalar s) {
-  return binary_inplace(*this, "add_", BinaryOp::Add, nullptr, s, [&] { return ampgrad::add(*this, s); });
+  return binary_inplace(*this, op::add_, BinaryOp::Add, nullptr, s, [&] { return ampgrad::add(*this, s); });
 }
 Tensor& Tensor::sub_(const Tensor& o) {
-  return binary_inplace(*this, "sub_", BinaryOp::Sub, &o, {}, [&] { return ampgrad::sub(*this, o); });
+  return binary_inplace(*this, op::sub_, BinaryOp::Sub, &o, {}, [&] { return ampgrad::sub(*this, o); });
 }
 Tensor& Tensor::sub_(Scalar s) {
-  return binary_inplace(*this, "sub_", BinaryOp::Sub, nullptr, s, [&] { return ampgrad::sub(*this, s); });
+  return binary_inplace(*this, op::sub_, BinaryOp::Sub, nullptr, s, [&] { return ampgrad::sub(*this, s); });
 }
 Tensor& Tensor::mul_(const Tensor& o) {
   // mul's backward reads this tensor for o's gradient, and the write changes it: a copy is
   // multiplied (PyTorch's in-place ops likewise save the original self).
-  return binary_inplace(*this, "mul_", BinaryOp::Mul, &o, {}, [&] {
+  return binary_inplace(*this, op::mul_, BinaryOp::Mul, &o, {}, [&] {
     return ampgrad::mul(o.requires_grad() ? ampgrad::clone(*this) : *this, o);
   });
 }
 Tensor& Tensor::mul_(Scalar s) {
-  return binary_inplace(*this, "mul_", BinaryOp::Mul, nullptr, s, [&] { return ampgrad::mul(*this, s); });
+  return binary_inplace(*this, op::mul_, BinaryOp::Mul, nullptr, s, [&] { return ampgrad::mul(*this, s); });
 }
 Tensor& Tensor::div_(const Tensor& o) {
-  return binary_inplace(*this, "div_", BinaryOp::Div, &o, {}, [&] { return ampgrad::div(*this, o); });
+  return binary_inplace(*this, op::div_, BinaryOp::Div, &o, {}, [&] { return ampgrad::div(*this, o); });
 }
 Tensor& Tensor::div_(Scalar s) {
-  return binary_inplace(*this, "div_", BinaryOp::Div, nullptr, s, [&] { return ampgrad::div(*this, s); });
+  return binary_inplace(*this, op::div_, BinaryOp::Div, nullptr, s, [&] { return ampgrad::div(*this, s); });
 }
 
 namespace {
@@ -214,22 +214,22 @@ Tensor& fill_as(Tensor& t, Scalar v, const char* op) {
 }
 }  // namespace
 
-Tensor& Tensor::zero_() { return fill_as(*this, 0, "zero_"); }
-Tensor& Tensor::fill_(Scalar v) { return fill_as(*this, v, "fill_"); }
+Tensor& Tensor::zero_() { return fill_as(*this, 0, op::zero_); }
+Tensor& Tensor::fill_(Scalar v) { return fill_as(*this, v, op::fill_); }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  detail::check_defined(src, "copy_", "source");
+  detail::check_defined(src, op::copy_, "source");
   const bool needs_grad = any_requires_grad({this, &src});
   auto compute = [&] {
     Tensor r = ampgrad::to_dtype(ampgrad::expand(src.to(device()), sizes().vec()), dtype());
     return ampgrad::clone(r);
   };
-  detail::apply_inplace(*this, "copy_", needs_grad, compute, [&] {
-    const Shape shape = broadcast_shapes(sizes(), src.sizes(), "copy_");
-    AG_CHECK(shape == sizes(), "copy_", "source of shape ", src.sizes(), " does not broadcast to ",
+  detail::apply_inplace(*this, op::copy_, needs_grad, compute, [&] {
+    const Shape shape = broadcast_shapes(sizes(), src.sizes(), op::copy_);
+    AG_CHECK(shape == sizes(), op::copy_, "source of shape ", src.sizes(), " does not broadcast to ",
              sizes());
     Tensor s = src.device() == device() ? src : src.detach().to(device());
-    backend(device(), "copy_").copy(detail::expand_raw(s, sizes()), *this);
+    backend(device(), op::copy_).copy(detail::expand_raw(s, sizes()), *this);
   });
   return *this;
 }
@@ -237,9 +237,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
   const bool needs_grad = any_requires_grad({this});
   // clamp's backward reads its input, which the write changes: a copy is clamped.
-  detail::apply_inplace(*this, "clamp_", needs_grad, [&] { return ampgrad::clamp(ampgrad::clone(*this), min, max); }, [&] {
-    AG_CHECK(min || max, "clamp_", "at least one of min and max must be given");
-    backend(device(), "clamp_").unary(UnaryOp::Clamp, *this, *this,
+  detail::apply_inplace(*this, op::clamp_, needs_grad, [&] { return ampgrad::clamp(ampgrad::clone(*this), min, max); }, [&] {
+    AG_CHECK(min || max, op::clamp_, "at least one of min and max must be given");
+    backend(device(), op::clamp_).unary(UnaryOp::Clamp, *this, *this,
                                       {min ? min->to_double() : -INFINITY, max ? max->to_double() : INFINITY});
   });
   return *this;
@@ -247,10 +247,10 @@ Tensor& Tensor::clamp_(std::optional<Scalar> min, std::optional<Scalar> max) {
 
 Tensor& Tensor::masked_fill_(const Tensor& mask, Scalar value) {
   const bool needs_grad = any_requires_grad({this});
-  detail::apply_inplace(*this, "masked_fill_", needs_grad,
+  detail::apply_inplace(*this, op::masked_fill_, needs_grad,
                         [&] { return ampgrad::masked_fill(*this, mask, value); }, [&] {
-    detail::check_mask(mask, sizes(), "masked_fill_");
-    backend(device(), "masked_fill_").where(detail::expand_raw(mask, sizes()), Operand::scalar(value.to_double()),
+    detail::check_mask(mask, sizes(), op::masked_fill_);
+    backend(device(), op::masked_fill_).where(detail::expand_raw(mask, sizes()), Operand::scalar(value.to_double()),
                                             *this, *this);
   });
   return *this;

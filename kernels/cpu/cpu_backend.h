@@ -82,11 +82,14 @@ class CpuBackend final : public Backend {
   void avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) override;
   void avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in,
                            const Pool2dParams& p) override;
+#ifdef AMPGRAD_WITH_ONEDNN
+  // The fused block (onednn_conv.cpp); without oneDNN it is Backend's composition.
   TensorList conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                           const Conv2dParams& p, Activation act, const Pool2dParams& pool) override;
   void conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
                              const Conv2dParams& p, Activation act, const Pool2dParams& pool, const Tensor& grad_x,
                              const Tensor& grad_w, const Tensor& grad_bias) override;
+#endif
 
   void softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) override;
   void softmax_backward(const Tensor& grad_out, const Tensor& y, int64_t dim, bool log,

@@ -32,14 +32,5 @@ void CpuBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dPara
 void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool2dParams& p) {
   pool_avg_backward(grad_out, grad_in, p);
 }
-// No blocked layouts here: the block is the three ops.
-TensorList CpuBackend::conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
-                                    const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
-  return conv2d_block_composed(x, w, bias, out, p, act, pool);
-}
-void CpuBackend::conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
-                                       const Conv2dParams& p, Activation act, const Pool2dParams& pool,
-                                       const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias) {
-  conv2d_block_backward_composed(g, x, w, saved, p, act, pool, grad_x, grad_w, grad_bias);
-}
+// conv2d_block is Backend's composition of the three entries above (no blocked layouts here).
 }  // namespace ampgrad::cpu

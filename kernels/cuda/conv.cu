@@ -568,16 +568,4 @@ void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad
                   });
 }
 
-// The CNN block: the three ops, through Backend's composed form.
-TensorList CudaBackend::conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
-                                     const Conv2dParams& p, Activation act, const Pool2dParams& pool) {
-  return conv2d_block_composed(x, w, bias, out, p, act, pool);
-}
-
-void CudaBackend::conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
-                                        const Conv2dParams& p, Activation act, const Pool2dParams& pool,
-                                        const Tensor& grad_x, const Tensor& grad_w, const Tensor& grad_bias) {
-  conv2d_block_backward_composed(g, x, w, saved, p, act, pool, grad_x, grad_w, grad_bias);
-}
-
 }  // namespace ampgrad::cuda

@@ -4,11 +4,11 @@
 //
 // One class; each family lives in its own file: backend.cu (memory, streams, events,
 // errors), elementwise.cu (copy, fill, unary, binary, compare, where), random.cu,
-// index.cu, reduce.cu, norm.cu (softmax, layer norm), loss.cu (cross entropy), attention.cu
-// (scaled dot-product attention, composed from the other entries), blas.cu (matmul,
-// linear), conv.cu (convolution through cuDNN, pooling), optim.cu (optimizers, grad scaler,
-// clipping). The class declares every entry of Backend, so an entry without a CUDA
-// definition fails to link.
+// index.cu, reduce.cu, norm.cu (softmax, layer norm), loss.cu (cross entropy), blas.cu
+// (matmul, linear), conv.cu (convolution through cuDNN, pooling), optim.cu (optimizers,
+// grad scaler, clipping). The class declares every primitive entry of Backend, so one
+// without a CUDA definition fails to link; the fused entries it has no fused form of
+// (conv2d_block, attention) are Backend's compositions of the primitive ones.
 #pragma once
 
 #include "ampgrad/backend.h"
@@ -99,18 +99,8 @@ class CudaBackend final : public Backend {
                               const Tensor& target, int64_t ignore_index, double label_smoothing,
                               const Tensor& lse, const Tensor& grad_x) override;
 
-  // conv.cu: the three ops composed (cuDNN's fused forms are for inference).
-  TensorList conv2d_block(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
-                          const Conv2dParams& p, Activation act, const Pool2dParams& pool) override;
-  void conv2d_block_backward(const Tensor& g, const Tensor& x, const Tensor& w, const TensorList& saved,
-                             const Conv2dParams& p, Activation act, const Pool2dParams& pool, const Tensor& grad_x,
-                             const Tensor& grad_w, const Tensor& grad_bias) override;
-
-  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, const AttentionParams& p,
-                 const Tensor& out, const Tensor& lse) override;
-  void attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& mask, const Tensor& out, const Tensor& lse, const AttentionParams& p,
-                          const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v) override;
+  // conv2d_block and attention (and their backwards) are Backend's compositions of the
+  // entries here: cuDNN's fused forms are for inference, and attention has no kernel yet.
 
   void sgd_step(const OptimizerLists& lists, const SgdParams& p) override;
   void adam_step(const OptimizerLists& lists, const AdamParams& p) override;

@@ -86,7 +86,7 @@ LayerNorm::LayerNorm(std::vector<int64_t> shape, double e, bool affine)
 }
 Tensor LayerNorm::forward(const Tensor& x) { return layer_norm(x, normalized_shape, weight, bias, eps); }
 
-Tensor norm_for_product(LayerNorm& ln, const Tensor& x, const char* op) {
+Tensor norm_for_product(LayerNorm& ln, const Tensor& x, OpName op) {
   const DeviceType type = x.device().type;
   const auto f32 = [](const Tensor& t) { return !t.defined() || t.dtype() == kFloat32; };
   if (typeid(ln) == typeid(LayerNorm) && autocast::is_enabled(type) &&
@@ -146,8 +146,8 @@ TransformerBlock::TransformerBlock(int64_t e, int64_t h, int64_t b, double drop,
 
 Tensor TransformerBlock::forward(const Tensor& x) {
   // Both norms feed a product (attention's qkv, the MLP's first linear).
-  Tensor h = x + attn->forward(norm_for_product(*ln1, x, "linear"));
-  return h + mlp->forward(norm_for_product(*ln2, h, mlp->fusion() ? "feed_forward" : "linear"));
+  Tensor h = x + attn->forward(norm_for_product(*ln1, x, op::linear));
+  return h + mlp->forward(norm_for_product(*ln2, h, mlp->fusion() ? op::feed_forward : op::linear));
 }
 
 }  // namespace ampgrad::nn

@@ -50,7 +50,7 @@ Tensor GPT::forward(const Tensor& idx) {
   AG_CHECK(T <= config_.block_size, "GPT", "sequence length ", T, " exceeds block_size ", config_.block_size);
   Tensor h = tok_->forward(idx) + pos_->forward(arange(T, TensorOptions(kInt64).device(idx.device())));
   for (auto& b : blocks_) h = b->forward(h);
-  return head_->forward(norm_for_product(*ln_f_, h, "linear"));
+  return head_->forward(norm_for_product(*ln_f_, h, op::linear));
 }
 
 std::vector<int64_t> GPT::generate(std::vector<int64_t> tokens, int64_t n, double temperature, uint64_t seed) {

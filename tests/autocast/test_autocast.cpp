@@ -41,6 +41,7 @@ TEST(AutocastPolicy, DocsTableMatchesCode) {
   const auto rows = doc_table();
   ASSERT_FALSE(rows.empty());
   for (const auto& [op, pol] : rows) {
+    EXPECT_TRUE(op_id(op)) << "docs/autocast.md has a row for " << op << ", which no op is called (ampgrad/op_ids.h)";
     EXPECT_EQ(pol.first, cast_policy_name(autocast::policy(op, kCPU))) << op << " on cpu";
     EXPECT_EQ(pol.second, cast_policy_name(autocast::policy(op, kCUDA))) << op << " on cuda";
   }
@@ -67,12 +68,15 @@ TEST(AutocastPolicy, RowByRowDecisions) {
         }
       }
       // promote: low precision only when every floating input is
-      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, ad}), (std::vector<DType>{ad, ad}));
-      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, kFloat32}), (std::vector<DType>{kFloat32, kFloat32}));
-      EXPECT_EQ(autocast::cast_dtypes("cat", t, ad, {ad, kFloat64}), (std::vector<DType>{ad, kFloat64}));
-      EXPECT_EQ(autocast::cast_dtypes("relu", t, ad, {kFloat32}), (std::vector<DType>{kFloat32}));
+      EXPECT_EQ(autocast::cast_dtypes(op::cat, t, ad, {ad, ad}), (std::vector<DType>{ad, ad}));
+      EXPECT_EQ(autocast::cast_dtypes(op::cat, t, ad, {ad, kFloat32}), (std::vector<DType>{kFloat32, kFloat32}));
+      EXPECT_EQ(autocast::cast_dtypes(op::cat, t, ad, {ad, kFloat64}), (std::vector<DType>{ad, kFloat64}));
+      EXPECT_EQ(autocast::cast_dtypes(op::relu, t, ad, {kFloat32}), (std::vector<DType>{kFloat32}));
     }
   }
+  EXPECT_EQ(autocast::policy(op::softmax, kCPU), CastPolicy::PassThrough);
+  EXPECT_EQ(autocast::policy(op::softmax, kCUDA), CastPolicy::Float32);
+  // By name, as users and the docs ask: the same rows.
   EXPECT_EQ(autocast::policy("softmax", kCPU), CastPolicy::PassThrough);
   EXPECT_EQ(autocast::policy("softmax", kCUDA), CastPolicy::Float32);
   EXPECT_EQ(autocast::policy("no_such_op", kCUDA), CastPolicy::PassThrough);
@@ -206,8 +210,8 @@ TEST(AutocastCache, SameParameterSameCastWithinTheRegion) {
     EXPECT_EQ(autocast::cache_size(), 0u);
     Tensor y1 = linear(x, w), y2 = linear(x * 2.0f, w);
     EXPECT_EQ(autocast::cache_size(), 1u);  // w cast once; x (no grad) never cached
-    auto c1 = autocast::cast_inputs("linear", {x, w});
-    auto c2 = autocast::cast_inputs("linear", {x, w});
+    auto c1 = autocast::cast_inputs(op::linear, {x, w});
+    auto c2 = autocast::cast_inputs(op::linear, {x, w});
     EXPECT_EQ(c1[1].unsafe_impl(), c2[1].unsafe_impl());  // same half tensor
     EXPECT_NE(c1[0].unsafe_impl(), c2[0].unsafe_impl());  // not cached
     linear(x, plain);
@@ -222,7 +226,7 @@ TEST(AutocastCache, SameParameterSameCastWithinTheRegion) {
       NoGradGuard ng;
       w.mul_(1.5f);  // in place: a new version, so a new cast
     }
-    auto c3 = autocast::cast_inputs("linear", {x, w});
+    auto c3 = autocast::cast_inputs(op::linear, {x, w});
     EXPECT_NE(c3[1].unsafe_impl(), c1[1].unsafe_impl());
     EXPECT_TRUE(agt::allclose(c3[1], w.detach() , 1.0 / 128, 0));
   }
@@ -260,7 +264,7 @@ TEST(AutocastWideGrad, WeightGradientOfACastIsComputedInFloat32) {
     {
       AutocastGuard g(kCPU, dt);
       y16 = linear(x, w, b);
-      EXPECT_EQ(gradient_dtype(autocast::cast_inputs("linear", {x, w})[1]), kFloat32);
+      EXPECT_EQ(gradient_dtype(autocast::cast_inputs(op::linear, {x, w})[1]), kFloat32);
     }
     ASSERT_EQ(y16.dtype(), dt);
     Tensor gy = randn({32, 64}).to(dt);

@@ -65,7 +65,7 @@ TEST(CastShadow, TrainingMatchesAFreshCastEveryStepBitForBit) {
         // ...and what autocast's next cast gives out: the same memory, with the autograd
         // edge to the parameter.
         AutocastGuard g(kCPU, dt);
-        const Tensor c = autocast::cast_inputs("linear", {x, shadowed.w1})[1];
+        const Tensor c = autocast::cast_inputs(op::linear, {x, shadowed.w1})[1];
         EXPECT_TRUE(c.is_alias_of(sh));
         EXPECT_NE(c.grad_fn(), nullptr);
       }
@@ -81,7 +81,7 @@ TEST(CastShadow, ForwardsBeforeTheNextStepShareOneCast) {
   Tensor first;
   {
     AutocastGuard g(kCPU, kBFloat16);
-    first = autocast::cast_inputs("linear", {x, n.w1})[1];
+    first = autocast::cast_inputs(op::linear, {x, n.w1})[1];
   }
   const Tensor sh = detail::shadow_cast(n.w1, kBFloat16);
   ASSERT_TRUE(sh.defined());
@@ -89,7 +89,7 @@ TEST(CastShadow, ForwardsBeforeTheNextStepShareOneCast) {
   EXPECT_TRUE(agt::same_bits(sh, n.w1.detach().to(kBFloat16)));
   {
     AutocastGuard g(kCPU, kBFloat16);  // a new region: its own cache, the same cast
-    const Tensor second = autocast::cast_inputs("linear", {x, n.w1})[1];
+    const Tensor second = autocast::cast_inputs(op::linear, {x, n.w1})[1];
     EXPECT_TRUE(second.is_alias_of(first));
     EXPECT_NE(second.grad_fn(), nullptr);
   }
@@ -99,7 +99,7 @@ TEST(CastShadow, ForwardsBeforeTheNextStepShareOneCast) {
   }
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  const Tensor third = autocast::cast_inputs("linear", {x, n.w1})[1];
+  const Tensor third = autocast::cast_inputs(op::linear, {x, n.w1})[1];
   EXPECT_FALSE(third.is_alias_of(first));
   EXPECT_TRUE(agt::same_bits(third, n.w1.detach().to(kBFloat16)));
   EXPECT_FALSE(agt::same_bits(first, third));
@@ -149,7 +149,7 @@ TEST(CastShadow, AnInPlaceWriteAfterTheStepMakesAutocastCastAgain) {
   }
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  const Tensor c = autocast::cast_inputs("linear", {x, n.w1})[1];
+  const Tensor c = autocast::cast_inputs(op::linear, {x, n.w1})[1];
   EXPECT_TRUE(agt::same_bits(c, n.w1.detach().to(kBFloat16)));
 }
 
@@ -168,7 +168,7 @@ TEST(CastShadow, NewStorageWithTheSameVersionIsNotFooledByTheOldShadow) {
   ASSERT_EQ(n.w1.version(), v);
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], fresh.to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs(op::linear, {x, n.w1})[1], fresh.to(kBFloat16)));
 }
 
 TEST(CastShadow, ACastStillHeldKeepsItsValuesAndTheStepWritesANewBuffer) {
@@ -179,7 +179,7 @@ TEST(CastShadow, ACastStillHeldKeepsItsValuesAndTheStepWritesANewBuffer) {
   Tensor held, loss;
   {
     AutocastGuard g(kCPU, kBFloat16);
-    held = autocast::cast_inputs("linear", {x, n.w1})[1];
+    held = autocast::cast_inputs(op::linear, {x, n.w1})[1];
     loss = n.loss(x, y);
   }
   const Tensor before = held.detach().clone();
@@ -202,7 +202,7 @@ TEST(CastShadow, ASkippedStepLeavesTheRoundingOfTheUnchangedParameter) {
   Tensor held, loss;
   {
     AutocastGuard g(kCPU, kBFloat16);
-    held = autocast::cast_inputs("linear", {x, n.w1})[1];
+    held = autocast::cast_inputs(op::linear, {x, n.w1})[1];
     loss = n.loss(x, y);
   }
   opt.zero_grad();
@@ -256,7 +256,7 @@ TEST(CastShadow, ADerivedOptimizerGetsNoCastsUnlessItSaysSo) {
   train_step(n, opt, kBFloat16, true, x, y);
   EXPECT_FALSE(detail::shadow_cast(n.w1, kBFloat16).defined());
   AutocastGuard g(kCPU, kBFloat16);
-  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs("linear", {x, n.w1})[1], n.w1.detach().to(kBFloat16)));
+  EXPECT_TRUE(agt::same_bits(autocast::cast_inputs(op::linear, {x, n.w1})[1], n.w1.detach().to(kBFloat16)));
 }
 
 TEST(CastShadow, BadCastListsAreRefusedByName) {

@@ -128,11 +128,11 @@ enum class Mode { Forward, Stop };
 std::vector<HookCall> g_calls;
 Mode g_mode = Mode::Forward;
 
-std::optional<std::vector<Tensor>> recording_hook(const char* op, const std::vector<Tensor>& inputs) {
+std::optional<std::vector<Tensor>> recording_hook(OpId op, const std::vector<Tensor>& inputs) {
   std::optional<std::vector<Tensor>> answer;
   if (g_mode == Mode::Forward) answer = autocast::cast_if_needed(op, inputs);
   const std::vector<Tensor>& used = answer ? *answer : inputs;
-  HookCall call{op, {}, {}};
+  HookCall call{op_name(op), {}, {}};
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined()) {
       call.in.push_back(inputs[i].dtype());
@@ -268,7 +268,7 @@ void run_under_autocast(const std::string& op, CastPolicy p, const Case& c, Devi
   const std::vector<DType> want = expected(p, ad, first.in);
   EXPECT_EQ(dtypes_str(first.out), dtypes_str(want)) << "the dtypes the op computed with";
   // The dispatch's decision is cast_dtypes' (one definition for every device type).
-  EXPECT_EQ(dtypes_str(autocast::cast_dtypes(op, dev.type, ad, first.in)), dtypes_str(first.out));
+  EXPECT_EQ(dtypes_str(autocast::cast_dtypes(OpName{*op_id(op)}, dev.type, ad, first.in)), dtypes_str(first.out));
   // Every floating input lands on one dtype in these plans: the result's.
   const auto floating = std::find_if(want.begin(), want.end(), [](DType d) { return is_floating(d); });
   ASSERT_NE(floating, want.end());
@@ -374,7 +374,7 @@ TEST(AutocastPolicyCoverage, CudaRowsDecideWhatEachOpComputesWith) {
           const auto call = first_hook_call(c, dts);
           ASSERT_TRUE(call.has_value()) << "the op never called the dispatch hook";
           ASSERT_EQ(call->op, op);
-          EXPECT_EQ(dtypes_str(autocast::cast_dtypes(op, kCUDA, ad, call->in)), dtypes_str(expected(p, ad, call->in)));
+          EXPECT_EQ(dtypes_str(autocast::cast_dtypes(OpName{*op_id(op)}, kCUDA, ad, call->in)), dtypes_str(expected(p, ad, call->in)));
         }
     }
 }

@@ -8,8 +8,8 @@ namespace {
 
 // A hook that records what it saw and changes nothing.
 std::vector<std::pair<std::string, size_t>> g_seen;
-std::optional<std::vector<Tensor>> recording_hook(const char* op, const std::vector<Tensor>& inputs) {
-  g_seen.emplace_back(op, inputs.size());
+std::optional<std::vector<Tensor>> recording_hook(OpId op, const std::vector<Tensor>& inputs) {
+  g_seen.emplace_back(op_name(op), inputs.size());
   return std::nullopt;
 }
 

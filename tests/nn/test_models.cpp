@@ -449,11 +449,11 @@ TEST(ModelsTransformer, NormsFeedTheirProductsIn16BitsUnderAutocast) {
   }
   {
     AutocastGuard ac(kCPU, kBFloat16);
-    EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, "linear").dtype(), kBFloat16);
+    EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, op::linear).dtype(), kBFloat16);
     struct MyNorm : nn::LayerNorm {
       using LayerNorm::LayerNorm;
     } mine(std::vector<int64_t>{C});
-    EXPECT_EQ(nn::norm_for_product(mine, x0, "linear").dtype(), kFloat32);
+    EXPECT_EQ(nn::norm_for_product(mine, x0, op::linear).dtype(), kFloat32);
   }
-  EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, "linear").dtype(), kFloat32);  // autocast off
+  EXPECT_EQ(nn::norm_for_product(*block.ln1, x0, op::linear).dtype(), kFloat32);  // autocast off
 }

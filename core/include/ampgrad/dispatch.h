@@ -5,7 +5,7 @@
 // and raises a thread-local flag while it may act, as PyTorch's dispatcher does with its
 // Autocast key. Every op with an autocast policy starts with
 //
-//   if (auto in = dispatch::autocast("add", a, b)) return add((*in)[0], (*in)[1], alpha);
+//   if (auto in = dispatch::autocast(op::add, a, b)) return add((*in)[0], (*in)[1], alpha);
 //
 // which is one thread-local read while the flag is down (the tensors are not even put in
 // a vector), and otherwise calls the hook: it returns the inputs to use when it changed
@@ -20,12 +20,13 @@
 #include <optional>
 #include <vector>
 
+#include "ampgrad/op_ids.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad::dispatch {
 
 /// The inputs `op` computes with when the hook changes any of `inputs`, else nullopt.
-using InputHook = std::optional<std::vector<Tensor>> (*)(const char* op, const std::vector<Tensor>& inputs);
+using InputHook = std::optional<std::vector<Tensor>> (*)(OpId op, const std::vector<Tensor>& inputs);
 
 /// Installs the autocast hook (autocast does so each time it enables itself, so the hook
 /// is in place whenever the flag can be up; nothing depends on static registration).
@@ -39,7 +40,7 @@ inline constexpr uint8_t kAutocastEnabled = 1;   // set by autocast
 inline constexpr uint8_t kAutocastExcluded = 2;  // set by ExcludeAutocastGuard
 /// The thread's flags; constinit, so reading it is a plain thread-local load.
 extern thread_local constinit uint8_t t_autocast_flags;
-std::optional<std::vector<Tensor>> call_autocast_hook(const char* op, const std::vector<Tensor>& inputs);
+std::optional<std::vector<Tensor>> call_autocast_hook(OpId op, const std::vector<Tensor>& inputs);
 }  // namespace detail
 
 /// True when ops on this thread must call the autocast hook: enabled and not excluded.
@@ -49,15 +50,15 @@ inline bool autocast_excluded() { return (detail::t_autocast_flags & detail::kAu
 
 /// What ops call first (see the file comment).
 template <class... Ts>
-inline std::optional<std::vector<Tensor>> autocast(const char* op, const Ts&... inputs) {
+inline std::optional<std::vector<Tensor>> autocast(OpName op, const Ts&... inputs) {
   if (!autocast_active()) [[likely]]
     return std::nullopt;
-  return detail::call_autocast_hook(op, std::vector<Tensor>{inputs...});
+  return detail::call_autocast_hook(op.id, std::vector<Tensor>{inputs...});
 }
-inline std::optional<std::vector<Tensor>> autocast(const char* op, const std::vector<Tensor>& inputs) {
+inline std::optional<std::vector<Tensor>> autocast(OpName op, const std::vector<Tensor>& inputs) {
   if (!autocast_active()) [[likely]]
     return std::nullopt;
-  return detail::call_autocast_hook(op, inputs);
+  return detail::call_autocast_hook(op.id, inputs);
 }
 
 /// Keeps the autocast hook from running in its scope, on this thread (restores on exit).

@@ -22,7 +22,7 @@ namespace ampgrad {
 
 namespace {
 
-constexpr const char* kName = "scaled_dot_product_attention";
+constexpr OpName kName = op::scaled_dot_product_attention;
 
 Shape batch_dims(const Tensor& t) {
   Shape s = t.sizes();

@@ -150,24 +150,24 @@ ConvSetup conv_setup(const Tensor& x, const Tensor& weight, const Tensor& bias, 
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, int64_t groups) {
-  if (auto in = dispatch::autocast("conv2d", x, weight, bias))
+  if (auto in = dispatch::autocast(op::conv2d, x, weight, bias))
     return conv2d((*in)[0], (*in)[1], (*in)[2], stride, padding, dilation, groups);
-  check_input_4d(x, "conv2d");
-  detail::check_defined(weight, "conv2d", "weight");
+  check_input_4d(x, op::conv2d);
+  detail::check_defined(weight, op::conv2d, "weight");
   if (x.dim() == 3)
     return squeeze(conv2d(unsqueeze(x, 0), weight, bias, stride, padding, dilation, groups), 0);
-  const ConvSetup cs = conv_setup(x, weight, bias, stride, padding, dilation, groups, "conv2d");
+  const ConvSetup cs = conv_setup(x, weight, bias, stride, padding, dilation, groups, op::conv2d);
   const Conv2dParams& p = cs.p;
   const Tensor xc = detail::contiguous_raw(x), wc = detail::contiguous_raw(weight);
   const Tensor bc = bias.defined() ? detail::contiguous_raw(bias) : bias;
-  Tensor out = make_tensor(cs.out, x.dtype(), x.device(), "conv2d");
-  backend(x.device(), "conv2d").conv2d(xc, wc, bc, out, p);
+  Tensor out = make_tensor(cs.out, x.dtype(), x.device(), op::conv2d);
+  backend(x.device(), op::conv2d).conv2d(xc, wc, bc, out, p);
   if (any_requires_grad({&x, &weight, &bias}))
-    record("conv2d", {x, weight, bias}, {out},
+    record(op::conv2d, {x, weight, bias}, {out},
            [sx = detail::save_if(xc, weight.requires_grad()), sw = detail::save_if(wc, x.requires_grad()), p,
             xs = x.sizes(), ws = weight.sizes()](const TensorList& g, GradMask need) -> TensorList {
              const Tensor gy = detail::contiguous_raw(g[0]);
-             Backend& be = backend(gy.device(), "conv2d");
+             Backend& be = backend(gy.device(), op::conv2d);
              Tensor gx, gw, gb;
              if (need[0]) {
                gx = make_tensor(xs, gy.dtype(), gy.device());
@@ -185,20 +185,20 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::ve
 
 Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, std::vector<int64_t> dilation, bool ceil_mode) {
-  check_input_4d(x, "max_pool2d");
+  check_input_4d(x, op::max_pool2d);
   if (x.dim() == 3)
     return squeeze(max_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, dilation, ceil_mode), 0);
-  const PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, dilation, ceil_mode, "max_pool2d");
+  const PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, dilation, ceil_mode, op::max_pool2d);
   const Tensor xc = detail::contiguous_raw(x);
-  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), "max_pool2d");
-  Tensor saved = backend(x.device(), "max_pool2d").max_pool2d(xc, out, s.p);
+  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), op::max_pool2d);
+  Tensor saved = backend(x.device(), op::max_pool2d).max_pool2d(xc, out, s.p);
   if (any_requires_grad({&x}))
-    record("max_pool2d", {x}, {out},
+    record(op::max_pool2d, {x}, {out},
            [sx = SavedTensor(xc), saved, p = s.p](const TensorList& g, GradMask) -> TensorList {
              const Tensor gy = detail::contiguous_raw(g[0]);
              const Tensor& xin = sx.get();
              Tensor gx = make_tensor(xin.sizes(), gy.dtype(), gy.device());
-             backend(gy.device(), "max_pool2d").max_pool2d_backward(gy, xin, saved, gx, p);
+             backend(gy.device(), op::max_pool2d).max_pool2d_backward(gy, xin, saved, gx, p);
              return {gx};
            });
   return out;
@@ -206,18 +206,18 @@ Tensor max_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
 
 Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector<int64_t> stride,
                   std::vector<int64_t> padding, bool ceil_mode, bool count_include_pad) {
-  check_input_4d(x, "avg_pool2d");
+  check_input_4d(x, op::avg_pool2d);
   if (x.dim() == 3)
     return squeeze(avg_pool2d(unsqueeze(x, 0), kernel_size, stride, padding, ceil_mode, count_include_pad), 0);
-  PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, {1, 1}, ceil_mode, "avg_pool2d");
+  PoolSetup s = pool_setup(x.sizes(), kernel_size, stride, padding, {1, 1}, ceil_mode, op::avg_pool2d);
   s.p.count_include_pad = count_include_pad;
-  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), "avg_pool2d");
-  backend(x.device(), "avg_pool2d").avg_pool2d(detail::contiguous_raw(x), out, s.p);
+  Tensor out = make_tensor(pool_out_shape(x.sizes(), s), x.dtype(), x.device(), op::avg_pool2d);
+  backend(x.device(), op::avg_pool2d).avg_pool2d(detail::contiguous_raw(x), out, s.p);
   if (any_requires_grad({&x}))
-    record("avg_pool2d", {x}, {out}, [xs = x.sizes(), p = s.p](const TensorList& g, GradMask) -> TensorList {
+    record(op::avg_pool2d, {x}, {out}, [xs = x.sizes(), p = s.p](const TensorList& g, GradMask) -> TensorList {
       const Tensor gy = detail::contiguous_raw(g[0]);
       Tensor gx = make_tensor(xs, gy.dtype(), gy.device());
-      backend(gy.device(), "avg_pool2d").avg_pool2d_backward(gy, gx, p);
+      backend(gy.device(), op::avg_pool2d).avg_pool2d_backward(gy, gx, p);
       return {gx};
     });
   return out;
@@ -226,23 +226,23 @@ Tensor avg_pool2d(const Tensor& x, std::vector<int64_t> kernel_size, std::vector
 
 Tensor conv2d_block(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dArgs& conv,
                     Activation act, const MaxPool2dArgs& pool) {
-  static constexpr const char* op = "conv2d_block";
-  if (auto in = dispatch::autocast("conv2d", x, weight, bias))
+  static constexpr OpName kName = op::conv2d_block;
+  if (auto in = dispatch::autocast(op::conv2d, x, weight, bias))
     return conv2d_block((*in)[0], (*in)[1], (*in)[2], conv, act, pool);
-  check_input_4d(x, op);
-  detail::check_defined(weight, op, "weight");
-  AG_CHECK(act == Activation::None || act == Activation::Relu, op, "the activation must be none or relu, got ",
+  check_input_4d(x, kName);
+  detail::check_defined(weight, kName, "weight");
+  AG_CHECK(act == Activation::None || act == Activation::Relu, kName, "the activation must be none or relu, got ",
            activation_name(act));
   if (x.dim() == 3) return squeeze(conv2d_block(unsqueeze(x, 0), weight, bias, conv, act, pool), 0);
-  const ConvSetup cs = conv_setup(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups, op);
+  const ConvSetup cs = conv_setup(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups, kName);
   const PoolSetup ps =
-      pool_setup(cs.out, pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode, op);
+      pool_setup(cs.out, pool.kernel_size, pool.stride, pool.padding, pool.dilation, pool.ceil_mode, kName);
   const Tensor xc = detail::contiguous_raw(x), wc = detail::contiguous_raw(weight);
   const Tensor bc = bias.defined() ? detail::contiguous_raw(bias) : bias;
-  Tensor out = make_tensor(pool_out_shape(cs.out, ps), x.dtype(), x.device(), op);
-  TensorList saved = backend(x.device(), op).conv2d_block(xc, wc, bc, out, cs.p, act, ps.p);
+  Tensor out = make_tensor(pool_out_shape(cs.out, ps), x.dtype(), x.device(), kName);
+  TensorList saved = backend(x.device(), kName).conv2d_block(xc, wc, bc, out, cs.p, act, ps.p);
   if (any_requires_grad({&x, &weight, &bias}))
-    record(op, {x, weight, bias}, {out},
+    record(kName, {x, weight, bias}, {out},
            [sx = SavedTensor(xc), sw = SavedTensor(wc), saved = std::move(saved), p = cs.p, pp = ps.p, act,
             xs = x.sizes(),
             ws = weight.sizes()](const TensorList& g, GradMask need) -> TensorList {
@@ -251,7 +251,7 @@ Tensor conv2d_block(const Tensor& x, const Tensor& weight, const Tensor& bias, c
              if (need[0]) gx = make_tensor(xs, gy.dtype(), gy.device());
              if (need[1]) gw = make_tensor(ws, gy.dtype(), gy.device());
              if (need[2]) gb = make_tensor({ws[0]}, gy.dtype(), gy.device());
-             backend(gy.device(), op)
+             backend(gy.device(), kName)
                  .conv2d_block_backward(gy, sx.get(), sw.get(), saved, p, act, pp, gx, gw, gb);
              return {gx, gw, gb};
            });

@@ -229,12 +229,12 @@ Tensor scaled_raw(const Tensor& b, Scalar alpha) {
 // ---- binary arithmetic --------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (auto in = dispatch::autocast("add", a, b)) return add((*in)[0], (*in)[1], alpha);
+  if (auto in = dispatch::autocast(op::add, a, b)) return add((*in)[0], (*in)[1], alpha);
   const bool scaled = alpha.to_double() != 1.0;
-  Tensor out = binary_forward(BinaryOp::Add, a, scaled ? scaled_raw(b, alpha) : b, "add", false);
+  Tensor out = binary_forward(BinaryOp::Add, a, scaled ? scaled_raw(b, alpha) : b, op::add, false);
   if (any_requires_grad({&a, &b})) {
     const double al = alpha.to_double();
-    record("add", {a, b}, {out}, [al, scaled](const TensorList& g, GradMask) -> TensorList {
+    record(op::add, {a, b}, {out}, [al, scaled](const TensorList& g, GradMask) -> TensorList {
       return {g[0], scaled ? mul(g[0], al) : g[0]};
     });
   }
@@ -242,12 +242,12 @@ Tensor add(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
-  if (auto in = dispatch::autocast("sub", a, b)) return sub((*in)[0], (*in)[1], alpha);
+  if (auto in = dispatch::autocast(op::sub, a, b)) return sub((*in)[0], (*in)[1], alpha);
   const bool scaled = alpha.to_double() != 1.0;
-  Tensor out = binary_forward(BinaryOp::Sub, a, scaled ? scaled_raw(b, alpha) : b, "sub", false);
+  Tensor out = binary_forward(BinaryOp::Sub, a, scaled ? scaled_raw(b, alpha) : b, op::sub, false);
   if (any_requires_grad({&a, &b})) {
     const double al = alpha.to_double();
-    record("sub", {a, b}, {out}, [al](const TensorList& g, GradMask need) -> TensorList {
+    record(op::sub, {a, b}, {out}, [al](const TensorList& g, GradMask need) -> TensorList {
       return {g[0], need[1] ? mul(g[0], -al) : Tensor()};
     });
   }
@@ -255,10 +255,10 @@ Tensor sub(const Tensor& a, const Tensor& b, Scalar alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("mul", a, b)) return mul((*in)[0], (*in)[1]);
-  Tensor out = binary_forward(BinaryOp::Mul, a, b, "mul", false);
+  if (auto in = dispatch::autocast(op::mul, a, b)) return mul((*in)[0], (*in)[1]);
+  Tensor out = binary_forward(BinaryOp::Mul, a, b, op::mul, false);
   if (any_requires_grad({&a, &b})) {
-    record("mul", {a, b}, {out},
+    record(op::mul, {a, b}, {out},
            [sa = save_if(a, b.requires_grad()), sb = save_if(b, a.requires_grad())](
                const TensorList& g, GradMask need) -> TensorList {
              return {need[0] ? mul(g[0], sb.get()) : Tensor(), need[1] ? mul(g[0], sa.get()) : Tensor()};
@@ -268,10 +268,10 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("div", a, b)) return div((*in)[0], (*in)[1]);
-  Tensor out = binary_forward(BinaryOp::Div, a, b, "div", true);
+  if (auto in = dispatch::autocast(op::div, a, b)) return div((*in)[0], (*in)[1]);
+  Tensor out = binary_forward(BinaryOp::Div, a, b, op::div, true);
   if (any_requires_grad({&a, &b})) {
-    record("div", {a, b}, {out},
+    record(op::div, {a, b}, {out},
            [sb = SavedTensor(b), so = save_if(out, b.requires_grad())](
                const TensorList& g, GradMask need) -> TensorList {
              Tensor ga = div(g[0], sb.get());
@@ -282,10 +282,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("pow", a, b)) return pow((*in)[0], (*in)[1]);
-  Tensor out = binary_forward(BinaryOp::Pow, a, b, "pow", true);
+  if (auto in = dispatch::autocast(op::pow, a, b)) return pow((*in)[0], (*in)[1]);
+  Tensor out = binary_forward(BinaryOp::Pow, a, b, op::pow, true);
   if (any_requires_grad({&a, &b})) {
-    record("pow", {a, b}, {out},
+    record(op::pow, {a, b}, {out},
            [sa = SavedTensor(a), sb = SavedTensor(b), so = save_if(out, b.requires_grad())](
                const TensorList& g, GradMask need) -> TensorList {
              Tensor ga, gb;
@@ -312,10 +312,10 @@ TensorList extremum_backward(const Tensor& g, const Tensor& a, const Tensor& b, 
 }  // namespace
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("maximum", a, b)) return maximum((*in)[0], (*in)[1]);
-  Tensor out = binary_forward(BinaryOp::Maximum, a, b, "maximum", false);
+  if (auto in = dispatch::autocast(op::maximum, a, b)) return maximum((*in)[0], (*in)[1]);
+  Tensor out = binary_forward(BinaryOp::Maximum, a, b, op::maximum, false);
   if (any_requires_grad({&a, &b}))
-    record("maximum", {a, b}, {out},
+    record(op::maximum, {a, b}, {out},
            [sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g, GradMask need) {
              return extremum_backward(g[0], sa.get(), sb.get(), true, need);
            });
@@ -323,10 +323,10 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("minimum", a, b)) return minimum((*in)[0], (*in)[1]);
-  Tensor out = binary_forward(BinaryOp::Minimum, a, b, "minimum", false);
+  if (auto in = dispatch::autocast(op::minimum, a, b)) return minimum((*in)[0], (*in)[1]);
+  Tensor out = binary_forward(BinaryOp::Minimum, a, b, op::minimum, false);
   if (any_requires_grad({&a, &b}))
-    record("minimum", {a, b}, {out},
+    record(op::minimum, {a, b}, {out},
            [sa = SavedTensor(a), sb = SavedTensor(b)](const TensorList& g, GradMask need) {
              return extremum_backward(g[0], sa.get(), sb.get(), false, need);
            });
@@ -337,61 +337,61 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 // capture it by value (nothing is saved for it) --------------------------------------------
 
 Tensor add(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("add", a)) return add((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Add, a, b, false, "add", false);
+  if (auto in = dispatch::autocast(op::add, a)) return add((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Add, a, b, false, op::add, false);
   if (any_requires_grad({&a}))
-    record("add", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+    record(op::add, {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
   return out;
 }
 
 Tensor sub(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("sub", a)) return sub((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, false, "sub", false);
+  if (auto in = dispatch::autocast(op::sub, a)) return sub((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, false, op::sub, false);
   if (any_requires_grad({&a}))
-    record("sub", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+    record(op::sub, {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
   return out;
 }
 
 Tensor rsub(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("sub", a)) return rsub((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, true, "sub", false);
+  if (auto in = dispatch::autocast(op::sub, a)) return rsub((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Sub, a, b, true, op::sub, false);
   if (any_requires_grad({&a}))
-    record("sub", {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], -1.0)}; });
+    record(op::sub, {a}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], -1.0)}; });
   return out;
 }
 
 Tensor mul(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("mul", a)) return mul((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Mul, a, b, false, "mul", false);
+  if (auto in = dispatch::autocast(op::mul, a)) return mul((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Mul, a, b, false, op::mul, false);
   if (any_requires_grad({&a}))
-    record("mul", {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], b)}; });
+    record(op::mul, {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {mul(g[0], b)}; });
   return out;
 }
 
 Tensor div(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("div", a)) return div((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, false, "div", true);
+  if (auto in = dispatch::autocast(op::div, a)) return div((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, false, op::div, true);
   if (any_requires_grad({&a}))
-    record("div", {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {div(g[0], b)}; });
+    record(op::div, {a}, {out}, [b](const TensorList& g, GradMask) -> TensorList { return {div(g[0], b)}; });
   return out;
 }
 
 Tensor rdiv(const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("div", a)) return rdiv((*in)[0], b);
-  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, true, "div", true);
+  if (auto in = dispatch::autocast(op::div, a)) return rdiv((*in)[0], b);
+  Tensor out = binary_scalar_forward(BinaryOp::Div, a, b, true, op::div, true);
   if (any_requires_grad({&a}))  // d(b / a) = -(g / a) * out
-    record("div", {a}, {out}, [sa = SavedTensor(a), so = SavedTensor(out)](const TensorList& g, GradMask) -> TensorList {
+    record(op::div, {a}, {out}, [sa = SavedTensor(a), so = SavedTensor(out)](const TensorList& g, GradMask) -> TensorList {
       return {neg(mul(div(g[0], sa.get()), so.get()))};
     });
   return out;
 }
 
 Tensor pow(const Tensor& x, Scalar exponent) {
-  if (auto in = dispatch::autocast("pow", x)) return pow((*in)[0], exponent);
+  if (auto in = dispatch::autocast(op::pow, x)) return pow((*in)[0], exponent);
   const double e = exponent.to_double();
-  Tensor out = unary_forward(UnaryOp::PowScalar, x, "pow", true, {e, 0});
+  Tensor out = unary_forward(UnaryOp::PowScalar, x, op::pow, true, {e, 0});
   if (any_requires_grad({&x}))
-    record("pow", {x}, {out}, [sx = SavedTensor(x), e](const TensorList& g, GradMask) -> TensorList {
+    record(op::pow, {x}, {out}, [sx = SavedTensor(x), e](const TensorList& g, GradMask) -> TensorList {
       if (e == 2.0) return {mul(g[0], mul(sx.get(), 2.0))};
       return {mul(g[0], mul(pow(sx.get(), e - 1), e))};
     });
@@ -427,76 +427,76 @@ Tensor unary_op(const UnarySpec& spec, const Tensor& x, Backward bw) {
 }  // namespace
 
 Tensor neg(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Neg, .name = "neg"}, x,
+  return unary_op({.op = UnaryOp::Neg, .name = op::neg}, x,
                   [](const Tensor& g, const Tensor&, const Tensor&) { return neg(g); });
 }
 Tensor abs(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Abs, .name = "abs", .save_input = true}, x,
+  return unary_op({.op = UnaryOp::Abs, .name = op::abs, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sign(x)); });
 }
-Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, x, "sign", false); }
+Tensor sign(const Tensor& x) { return unary_forward(UnaryOp::Sign, x, op::sign, false); }
 Tensor square(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Square, .name = "square", .save_input = true}, x,
+  return unary_op({.op = UnaryOp::Square, .name = op::square, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, mul(x, 2.0)); });
 }
 Tensor sqrt(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Sqrt, .name = "sqrt", .float_only = true, .save_output = true}, x,
+  return unary_op({.op = UnaryOp::Sqrt, .name = op::sqrt, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return div(g, mul(y, 2.0)); });
 }
 Tensor rsqrt(const Tensor& x) {
-  if (auto in = dispatch::autocast("rsqrt", x)) return rsqrt((*in)[0]);
-  return unary_op({.op = UnaryOp::Rsqrt, .name = "rsqrt", .float_only = true, .save_output = true}, x,
+  if (auto in = dispatch::autocast(op::rsqrt, x)) return rsqrt((*in)[0]);
+  return unary_op({.op = UnaryOp::Rsqrt, .name = op::rsqrt, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return mul(g, mul(pow(y, 3.0), -0.5));
                   });
 }
 Tensor reciprocal(const Tensor& x) {
-  if (auto in = dispatch::autocast("reciprocal", x)) return reciprocal((*in)[0]);
-  return unary_op({.op = UnaryOp::Reciprocal, .name = "reciprocal", .float_only = true, .save_output = true}, x,
+  if (auto in = dispatch::autocast(op::reciprocal, x)) return reciprocal((*in)[0]);
+  return unary_op({.op = UnaryOp::Reciprocal, .name = op::reciprocal, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return neg(mul(g, square(y))); });
 }
 Tensor exp(const Tensor& x) {
-  if (auto in = dispatch::autocast("exp", x)) return exp((*in)[0]);
-  return unary_op({.op = UnaryOp::Exp, .name = "exp", .float_only = true, .save_output = true}, x,
+  if (auto in = dispatch::autocast(op::exp, x)) return exp((*in)[0]);
+  return unary_op({.op = UnaryOp::Exp, .name = op::exp, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) { return mul(g, y); });
 }
 Tensor log(const Tensor& x) {
-  if (auto in = dispatch::autocast("log", x)) return log((*in)[0]);
-  return unary_op({.op = UnaryOp::Log, .name = "log", .float_only = true, .save_input = true}, x,
+  if (auto in = dispatch::autocast(op::log, x)) return log((*in)[0]);
+  return unary_op({.op = UnaryOp::Log, .name = op::log, .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, x); });
 }
 Tensor log1p(const Tensor& x) {
-  if (auto in = dispatch::autocast("log1p", x)) return log1p((*in)[0]);
-  return unary_op({.op = UnaryOp::Log1p, .name = "log1p", .float_only = true, .save_input = true}, x,
+  if (auto in = dispatch::autocast(op::log1p, x)) return log1p((*in)[0]);
+  return unary_op({.op = UnaryOp::Log1p, .name = op::log1p, .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return div(g, add(x, 1.0)); });
 }
 Tensor tanh(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Tanh, .name = "tanh", .float_only = true, .save_output = true}, x,
+  return unary_op({.op = UnaryOp::Tanh, .name = op::tanh, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::TanhBackward, g, cast_raw(y, g.dtype()));
                   });
 }
 Tensor softplus(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Softplus, .name = "softplus", .float_only = true, .save_input = true}, x,
+  return unary_op({.op = UnaryOp::Softplus, .name = op::softplus, .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) { return mul(g, sigmoid(x)); });
 }
 Tensor sigmoid(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Sigmoid, .name = "sigmoid", .float_only = true, .save_output = true}, x,
+  return unary_op({.op = UnaryOp::Sigmoid, .name = op::sigmoid, .float_only = true, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::SigmoidBackward, g, cast_raw(y, g.dtype()));
                   });
 }
 Tensor relu(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Relu, .name = "relu", .save_output = true}, x,
+  return unary_op({.op = UnaryOp::Relu, .name = op::relu, .save_output = true}, x,
                   [](const Tensor& g, const Tensor&, const Tensor& y) {
                     return binary_raw(BinaryOp::ReluBackward, g, cast_raw(y, g.dtype()));
                   });
 }
 Tensor gelu(const Tensor& x, std::string_view approximate) {
-  AG_CHECK(approximate == "none" || approximate == "tanh", "gelu",
+  AG_CHECK(approximate == "none" || approximate == op::tanh, op::gelu,
            "approximate must be 'none' or 'tanh', got '", approximate, "'");
-  const bool tanh_form = approximate == "tanh";
-  return unary_op({.op = tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, .name = "gelu", .float_only = true,
+  const bool tanh_form = approximate == op::tanh;
+  return unary_op({.op = tanh_form ? UnaryOp::GeluTanh : UnaryOp::GeluErf, .name = op::gelu, .float_only = true,
                    .save_input = true},
                   x, [tanh_form](const Tensor& g, const Tensor& x, const Tensor&) {
                     return binary_raw(tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluErfBackward,
@@ -504,17 +504,17 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
                   });
 }
 Tensor silu(const Tensor& x) {
-  return unary_op({.op = UnaryOp::Silu, .name = "silu", .float_only = true, .save_input = true}, x,
+  return unary_op({.op = UnaryOp::Silu, .name = op::silu, .float_only = true, .save_input = true}, x,
                   [](const Tensor& g, const Tensor& x, const Tensor&) {
                     return binary_raw(BinaryOp::SiluBackward, g, cast_raw(x, g.dtype()));
                   });
 }
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> max) {
-  AG_CHECK(min || max, "clamp", "at least one of min and max must be given");
+  AG_CHECK(min || max, op::clamp, "at least one of min and max must be given");
   const double lo = min ? min->to_double() : -INFINITY;
   const double hi = max ? max->to_double() : INFINITY;
-  return unary_op({.op = UnaryOp::Clamp, .name = "clamp", .save_input = true, .params = {lo, hi}}, x,
+  return unary_op({.op = UnaryOp::Clamp, .name = op::clamp, .save_input = true, .params = {lo, hi}}, x,
                   [lo, hi](const Tensor& g, const Tensor& x, const Tensor&) {
                     return where(logical_and(ge(x, lo), le(x, hi)), g, 0.0);
                   });
@@ -522,23 +522,23 @@ Tensor clamp(const Tensor& x, std::optional<Scalar> min, std::optional<Scalar> m
 
 // ---- comparisons and selection ---------------------------------------------------------------
 
-Tensor eq(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Ge, a, b, "ge"); }
-Tensor eq(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Eq, a, b, "eq"); }
-Tensor ne(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ne, a, b, "ne"); }
-Tensor lt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Lt, a, b, "lt"); }
-Tensor le(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Le, a, b, "le"); }
-Tensor gt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Gt, a, b, "gt"); }
-Tensor ge(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ge, a, b, "ge"); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Eq, a, b, op::eq); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Ne, a, b, op::ne); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Lt, a, b, op::lt); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Le, a, b, op::le); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Gt, a, b, op::gt); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare_forward(CompareOp::Ge, a, b, op::ge); }
+Tensor eq(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Eq, a, b, op::eq); }
+Tensor ne(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ne, a, b, op::ne); }
+Tensor lt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Lt, a, b, op::lt); }
+Tensor le(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Le, a, b, op::le); }
+Tensor gt(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Gt, a, b, op::gt); }
+Tensor ge(const Tensor& a, Scalar b) { return compare_scalar_forward(CompareOp::Ge, a, b, op::ge); }
 Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return compare_forward(CompareOp::LogicalAnd, a, b, "logical_and");
+  return compare_forward(CompareOp::LogicalAnd, a, b, op::logical_and);
 }
 Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return compare_forward(CompareOp::LogicalOr, a, b, "logical_or");
+  return compare_forward(CompareOp::LogicalOr, a, b, op::logical_or);
 }
 
 namespace {
@@ -556,38 +556,38 @@ struct WhereArg {
 // input's).
 Tensor where_op(const Tensor& cond, const WhereArg& a, const WhereArg& b,
                 std::optional<DType> dtype = std::nullopt) {
-  detail::check_defined(cond, "where", "condition");
-  AG_CHECK(cond.dtype() == kBool, "where", "the condition must be bool, got ", dtype_name(cond.dtype()));
-  if (a.t) detail::check_defined(*a.t, "where", "input");
-  if (b.t) detail::check_defined(*b.t, "where", "other");
+  detail::check_defined(cond, op::where, "condition");
+  AG_CHECK(cond.dtype() == kBool, op::where, "the condition must be bool, got ", dtype_name(cond.dtype()));
+  if (a.t) detail::check_defined(*a.t, op::where, "input");
+  if (b.t) detail::check_defined(*b.t, op::where, "other");
   const Tensor& first = a.t ? *a.t : *b.t;
   Device device = first.device();
   DType dt;
   if (a.t && b.t) {
-    device = detail::common_device(*a.t, *b.t, "where");
+    device = detail::common_device(*a.t, *b.t, op::where);
     dt = promote_types(a.t->dtype(), b.t->dtype());
   } else {
     dt = result_type(first.dtype(), a.t ? b.s : a.s);
   }
   if (dtype) dt = *dtype;
-  AG_CHECK(cond.device() == device, "where", "expected tensors on one device, got ", cond.device(),
+  AG_CHECK(cond.device() == device, op::where, "expected tensors on one device, got ", cond.device(),
            " and ", device);
   Shape shape = cond.sizes();
-  if (a.t) shape = broadcast_shapes(shape, a.t->sizes(), "where");
-  if (b.t) shape = broadcast_shapes(shape, b.t->sizes(), "where");
+  if (a.t) shape = broadcast_shapes(shape, a.t->sizes(), op::where);
+  if (b.t) shape = broadcast_shapes(shape, b.t->sizes(), op::where);
   Tensor out = make_tensor(shape, dt, device);
   Tensor ha, hb;
   auto operand = [&](const WhereArg& x, Tensor& hold) {
     return x.t ? operand_on(*x.t, device, dt, shape, hold) : Operand::scalar(x.s.to_double());
   };
-  backend(device, "where").where(expand_raw(cond, shape), operand(a, ha), operand(b, hb), out);
+  backend(device, op::where).where(expand_raw(cond, shape), operand(a, ha), operand(b, hb), out);
   // A tensor operand's gradient is g where it was picked, else 0; scalars have none.
   TensorList inputs;
   std::vector<bool> picked_when;  // per input: true for a (picked where cond holds)
   if (a.t) inputs.push_back(*a.t), picked_when.push_back(true);
   if (b.t) inputs.push_back(*b.t), picked_when.push_back(false);
   if (any_requires_grad(inputs))
-    record("where", inputs, {out},
+    record(op::where, inputs, {out},
            [sc = SavedTensor(cond), picked_when](const TensorList& g, GradMask need) -> TensorList {
              TensorList grads;
              for (size_t i = 0; i < picked_when.size(); ++i)
@@ -602,24 +602,24 @@ Tensor where_op(const Tensor& cond, const WhereArg& a, const WhereArg& b,
 }  // namespace
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("where", a, b)) return where(cond, (*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast(op::where, a, b)) return where(cond, (*in)[0], (*in)[1]);
   return where_op(cond, a, b);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, Scalar b) {
-  if (auto in = dispatch::autocast("where", a)) return where(cond, (*in)[0], b);
+  if (auto in = dispatch::autocast(op::where, a)) return where(cond, (*in)[0], b);
   return where_op(cond, a, b);
 }
 
 Tensor where(const Tensor& cond, Scalar a, const Tensor& b) {
-  if (auto in = dispatch::autocast("where", b)) return where(cond, a, (*in)[0]);
+  if (auto in = dispatch::autocast(op::where, b)) return where(cond, a, (*in)[0]);
   return where_op(cond, a, b);
 }
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, Scalar value) {
-  if (auto in = dispatch::autocast("where", x)) return masked_fill((*in)[0], mask, value);
-  detail::check_defined(x, "masked_fill", "input");
-  detail::check_mask(mask, x.sizes(), "masked_fill");
+  if (auto in = dispatch::autocast(op::where, x)) return masked_fill((*in)[0], mask, value);
+  detail::check_defined(x, op::masked_fill, "input");
+  detail::check_mask(mask, x.sizes(), op::masked_fill);
   return where_op(mask, value, x, x.dtype());
 }
 
@@ -628,7 +628,7 @@ namespace {
 // input's dtype (cast_output).
 void record_cast(const Tensor& x, const Tensor& out) {
   if (is_floating(out.dtype()) && any_requires_grad({&x})) {
-    auto node = record("to", {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
+    auto node = record(op::to, {x}, {out}, [](const TensorList& g, GradMask) -> TensorList { return {g[0]}; });
     if (node) node->cast_output = out.dtype();
   }
 }
@@ -636,8 +636,8 @@ void record_cast(const Tensor& x, const Tensor& out) {
 
 Tensor to_dtype(const Tensor& x, DType dtype) {
   if (x.dtype() == dtype) return x;
-  Tensor out = make_tensor(x.sizes(), dtype, x.device(), "to");
-  backend(x.device(), "to").copy(x, out);
+  Tensor out = make_tensor(x.sizes(), dtype, x.device(), op::to);
+  backend(x.device(), op::to).copy(x, out);
   record_cast(x, out);
   return out;
 }

@@ -22,13 +22,13 @@ namespace ampgrad {
 namespace {
 
 void check_operands(const Tensor& a, const Tensor& b) {
-  detail::check_defined(a, "matmul", "the first operand");
-  detail::check_defined(b, "matmul", "the second operand");
-  detail::check_same_device(a, b, "matmul");
-  AG_CHECK(a.dtype() == b.dtype(), "matmul", "expected both operands to have one dtype, got ",
+  detail::check_defined(a, op::matmul, "the first operand");
+  detail::check_defined(b, op::matmul, "the second operand");
+  detail::check_same_device(a, b, op::matmul);
+  AG_CHECK(a.dtype() == b.dtype(), op::matmul, "expected both operands to have one dtype, got ",
            dtype_name(a.dtype()), " and ", dtype_name(b.dtype()));
-  AG_CHECK(a.is_floating_point(), "matmul", "expected floating operands, got ", dtype_name(a.dtype()));
-  AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "both operands need at least 1 dim, got shapes ",
+  AG_CHECK(a.is_floating_point(), op::matmul, "expected floating operands, got ", dtype_name(a.dtype()));
+  AG_CHECK(a.dim() >= 1 && b.dim() >= 1, op::matmul, "both operands need at least 1 dim, got shapes ",
            a.sizes(), " and ", b.sizes());
 }
 
@@ -73,26 +73,26 @@ Tensor as_batch3(const Tensor& t, const Shape& batch, int64_t B) {
 // use that for gradients that gradient_dtype allows to stay float32.
 Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
   const int64_t M = a.size(-2), K = a.size(-1), N = b.size(-1);
-  AG_CHECK(b.size(-2) == K, "matmul", "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ",
+  AG_CHECK(b.size(-2) == K, op::matmul, "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ",
            K, " != ", b.size(-2));
   Tensor out;
   if (a.dim() == 2 && b.dim() == 2) {  // the hot path: no broadcasting to work out
-    out = make_tensor({M, N}, out_dtype, a.device(), "matmul");
-    backend(a.device(), "matmul")
+    out = make_tensor({M, N}, out_dtype, a.device(), op::matmul);
+    backend(a.device(), op::matmul)
         .matmul(detail::one_batch(a), detail::one_batch(b), detail::one_batch(out));
   } else {
-    const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
+    const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), op::matmul);
     const int64_t B = batch.numel();
     Shape shape = batch;
     shape.push_back(M);
     shape.push_back(N);
-    out = make_tensor(shape, out_dtype, a.device(), "matmul");
-    backend(a.device(), "matmul")
+    out = make_tensor(shape, out_dtype, a.device(), op::matmul);
+    backend(a.device(), op::matmul)
         .matmul(as_batch3(a, batch, B), as_batch3(b, batch, B),
                 detail::make_view(out, {B, M, N}, {M * N, N, 1}, 0));
   }
   if (any_requires_grad({&a, &b}))
-    record("matmul", {a, b}, {out},
+    record(op::matmul, {a, b}, {out},
            [sa = detail::save_if(a, b.requires_grad()), sb = detail::save_if(b, a.requires_grad()),
             da = gradient_dtype(a), db = gradient_dtype(b)](const TensorList& g, GradMask need) -> TensorList {
              Tensor ga, gb;
@@ -106,10 +106,10 @@ Tensor matmul_nd(const Tensor& a, const Tensor& b, DType out_dtype) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  if (auto in = dispatch::autocast("matmul", a, b)) return matmul((*in)[0], (*in)[1]);
+  if (auto in = dispatch::autocast(op::matmul, a, b)) return matmul((*in)[0], (*in)[1]);
   check_operands(a, b);
   const int64_t ka = a.size(-1), kb = b.dim() == 1 ? b.size(0) : b.size(-2);
-  AG_CHECK(ka == kb, "matmul", "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ", ka,
+  AG_CHECK(ka == kb, op::matmul, "cannot multiply shapes ", a.sizes(), " and ", b.sizes(), ": ", ka,
            " != ", kb);
   if (a.dim() >= 2 && b.dim() >= 2) {
     if (b.dim() == 2 && a.dim() > 2) {  // fold the batch into rows
@@ -170,21 +170,21 @@ std::pair<Tensor, Tensor> pre_activation_grad(const Tensor& g, const Tensor& nex
   const int64_t N = next_weight.defined() ? next_weight.size(1) : gc.size(1);
   Tensor gp = make_tensor({gc.size(0), N}, gc.dtype(), gc.device());
   Tensor gb = want_bias ? make_tensor({N}, gc.dtype(), gc.device()) : Tensor();
-  backend(gc.device(), "linear").linear_act_backward(gc, next_weight, out, saved, act, gp, gb);
+  backend(gc.device(), op::linear).linear_act_backward(gc, next_weight, out, saved, act, gp, gb);
   return {gp, gb};
 }
 
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2]);
-  check_linear(x, weight, bias, "linear");
+  if (auto in = dispatch::autocast(op::linear, x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2]);
+  check_linear(x, weight, bias, op::linear);
   const int64_t N = weight.size(0);
   const Tensor x2 = as_rows(x);
   Tensor out = make_tensor({x2.size(0), N}, x.dtype(), x.device());
-  backend(x.device(), "linear").linear(x2, weight, bias, out);
+  backend(x.device(), op::linear).linear(x2, weight, bias, out);
   if (any_requires_grad({&x2, &weight, &bias}))
-    record("linear", {x2, weight, bias}, {out},
+    record(op::linear, {x2, weight, bias}, {out},
            [sx = detail::save_if(x2, weight.requires_grad()), sw = detail::save_if(weight, x2.requires_grad()),
             dx = gradient_dtype(x2), dw = gradient_dtype(weight)](const TensorList& g, GradMask need) -> TensorList {
              Tensor gx, gw, gb;
@@ -198,8 +198,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   if (act == Activation::None) return linear(x, weight, bias);
-  if (auto in = dispatch::autocast("linear", x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2], act);
-  check_linear(x, weight, bias, "linear");
+  if (auto in = dispatch::autocast(op::linear, x, weight, bias)) return linear((*in)[0], (*in)[1], (*in)[2], act);
+  check_linear(x, weight, bias, op::linear);
   const Tensor x2 = as_rows(x);
   Tensor out = make_tensor({x2.size(0), weight.size(0)}, x.dtype(), x.device());
   const bool grad = any_requires_grad({&x2, &weight, &bias});
@@ -207,9 +207,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   // backend's ReLU mask; internal, so kept by value. The single product's gradient reads
   // out itself for ReLU, so only GELU keeps something here.
   const Tensor aux =
-      backend(x.device(), "linear").linear_act(x2, weight, bias, act, out, grad && !activation_grad_reads_output(act));
+      backend(x.device(), op::linear).linear_act(x2, weight, bias, act, out, grad && !activation_grad_reads_output(act));
   if (grad)
-    record("linear", {x2, weight, bias}, {out},
+    record(op::linear, {x2, weight, bias}, {out},
            [sx = detail::save_if(x2, weight.requires_grad()), sw = detail::save_if(weight, x2.requires_grad()),
             sy = detail::save_if(out, activation_grad_reads_output(act)), aux, act, dx = gradient_dtype(x2),
             dw = gradient_dtype(weight)](const TensorList& g, GradMask need) -> TensorList {
@@ -227,23 +227,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
 Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, Activation act, const Tensor& w2,
                     const Tensor& b2) {
   if (act == Activation::None) return linear(linear(x, w1, b1), w2, b2);
-  if (auto in = dispatch::autocast("feed_forward", std::vector<Tensor>{x, w1, b1, w2, b2}))
+  if (auto in = dispatch::autocast(op::feed_forward, std::vector<Tensor>{x, w1, b1, w2, b2}))
     return feed_forward((*in)[0], (*in)[1], (*in)[2], act, (*in)[3], (*in)[4]);
-  check_linear(x, w1, b1, "feed_forward");
-  detail::check_defined(w2, "feed_forward", "second weight");
-  detail::check_same_device(x, w2, "feed_forward");
-  AG_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0), "feed_forward", "the second weight must have shape [out, ",
+  check_linear(x, w1, b1, op::feed_forward);
+  detail::check_defined(w2, op::feed_forward, "second weight");
+  detail::check_same_device(x, w2, op::feed_forward);
+  AG_CHECK(w2.dim() == 2 && w2.size(1) == w1.size(0), op::feed_forward, "the second weight must have shape [out, ",
            w1.size(0), "] after a first weight of shape ", w1.sizes(), ", got ", w2.sizes());
-  AG_CHECK(w2.dtype() == x.dtype(), "feed_forward", "expected both weights to have the input's dtype ",
+  AG_CHECK(w2.dtype() == x.dtype(), op::feed_forward, "expected both weights to have the input's dtype ",
            dtype_name(x.dtype()), ", got ", dtype_name(w2.dtype()));
   if (b2.defined()) {
-    detail::check_same_device(x, b2, "feed_forward");
-    AG_CHECK(b2.dtype() == x.dtype() && b2.dim() == 1 && b2.size(0) == w2.size(0), "feed_forward",
+    detail::check_same_device(x, b2, op::feed_forward);
+    AG_CHECK(b2.dtype() == x.dtype() && b2.dim() == 1 && b2.size(0) == w2.size(0), op::feed_forward,
              "the second bias must be a ", dtype_name(x.dtype()), " tensor of shape [", w2.size(0), "], got ",
              dtype_name(b2.dtype()), " ", b2.sizes());
   }
   const Tensor x2 = as_rows(x);
-  Backend& be = backend(x.device(), "feed_forward");
+  Backend& be = backend(x.device(), op::feed_forward);
   Tensor h = make_tensor({x2.size(0), w1.size(0)}, x.dtype(), x.device());
   Tensor out = make_tensor({x2.size(0), w2.size(0)}, x.dtype(), x.device());
   const bool grad = any_requires_grad({&x2, &w1, &b1, &w2, &b2});
@@ -251,7 +251,7 @@ Tensor feed_forward(const Tensor& x, const Tensor& w1, const Tensor& b1, Activat
   const Tensor aux = be.linear_act(x2, w1, b1, act, h, grad);
   be.linear(h, w2, b2, out);
   if (grad)
-    record("feed_forward", {x2, w1, b1, w2, b2}, {out},
+    record(op::feed_forward, {x2, w1, b1, w2, b2}, {out},
            [sx = detail::save_if(x2, w1.requires_grad()), sw1 = detail::save_if(w1, x2.requires_grad()), sw2 = SavedTensor(w2), h, aux,
             act, dx = gradient_dtype(x2), dw1 = gradient_dtype(w1),
             dw2 = gradient_dtype(w2)](const TensorList& g, GradMask need) -> TensorList {

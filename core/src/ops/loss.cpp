@@ -78,32 +78,32 @@ Tensor masked_mean(const Tensor& loss, const Tensor& valid) {
 }  // namespace
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
-  if (auto in = dispatch::autocast("nll_loss", log_probs, target))
+  if (auto in = dispatch::autocast(op::nll_loss, log_probs, target))
     return nll_loss((*in)[0], (*in)[1], reduction, ignore_index);
-  detail::check_defined(log_probs, "nll_loss", "input");
-  AG_CHECK(is_floating(log_probs.dtype()), "nll_loss", "input must be floating, got ",
+  detail::check_defined(log_probs, op::nll_loss, "input");
+  AG_CHECK(is_floating(log_probs.dtype()), op::nll_loss, "input must be floating, got ",
            dtype_name(log_probs.dtype()));
-  const Tensor t = class_target(log_probs, target, "nll_loss");
-  check_target_range(t, log_probs.sizes()[log_probs.dim() == 1 ? 0 : 1], ignore_index, "nll_loss");
+  const Tensor t = class_target(log_probs, target, op::nll_loss);
+  check_target_range(t, log_probs.sizes()[log_probs.dim() == 1 ? 0 : 1], ignore_index, op::nll_loss);
   auto [loss, valid] = pick_negated(log_probs, t, ignore_index);
   return reduction == Reduction::Mean ? masked_mean(loss, valid) : reduce_loss(loss, reduction);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index,
                      double label_smoothing) {
-  if (auto in = dispatch::autocast("cross_entropy", logits, target))
+  if (auto in = dispatch::autocast(op::cross_entropy, logits, target))
     return cross_entropy((*in)[0], (*in)[1], reduction, ignore_index, label_smoothing);
-  detail::check_defined(logits, "cross_entropy", "input");
-  detail::check_defined(target, "cross_entropy", "target");
-  AG_CHECK(is_floating(logits.dtype()), "cross_entropy", "input must be floating, got ",
+  detail::check_defined(logits, op::cross_entropy, "input");
+  detail::check_defined(target, op::cross_entropy, "target");
+  AG_CHECK(is_floating(logits.dtype()), op::cross_entropy, "input must be floating, got ",
            dtype_name(logits.dtype()));
-  AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy",
+  AG_CHECK(label_smoothing >= 0 && label_smoothing <= 1, op::cross_entropy,
            "label_smoothing must be in [0, 1], got ", label_smoothing);
-  AG_CHECK(logits.dim() >= 1, "cross_entropy", "input must have a class dim, got a 0-dim tensor");
+  AG_CHECK(logits.dim() >= 1, op::cross_entropy, "input must have a class dim, got a 0-dim tensor");
   const int64_t cdim = logits.dim() == 1 ? 0 : 1;
   const int64_t C = logits.sizes()[size_t(cdim)];
   if (is_floating(target.dtype())) {  // class probabilities, shaped like the logits
-    AG_CHECK(target.sizes() == logits.sizes(), "cross_entropy", "a probability target must have the input's shape ",
+    AG_CHECK(target.sizes() == logits.sizes(), op::cross_entropy, "a probability target must have the input's shape ",
              logits.sizes(), ", got ", target.sizes());
     const Tensor lsm = log_softmax(logits, cdim);
     Tensor p = label_smoothing > 0 ? add(mul(target, 1.0 - label_smoothing), label_smoothing / double(C)) : target;
@@ -113,22 +113,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 
   // Class indices: one fused kernel per direction over [outer, C, inner] (the kernel checks
   // the targets' range).
-  const Tensor t = class_target(logits, target, "cross_entropy");
+  const Tensor t = class_target(logits, target, op::cross_entropy);
   int64_t inner = 1;
   for (int64_t d = cdim + 1; d < logits.dim(); ++d) inner *= logits.sizes()[size_t(d)];
   const DType dt = logits.dtype();
   const Tensor xc = detail::contiguous_raw(logits);
   Tensor loss = make_tensor(t.sizes(), dt, logits.device());
   Tensor lse = make_tensor(t.sizes(), dt == kFloat64 ? kFloat64 : kFloat32, logits.device());
-  backend(logits.device(), "cross_entropy").cross_entropy(xc, C, inner, t, ignore_index, label_smoothing, loss, lse);
+  backend(logits.device(), op::cross_entropy).cross_entropy(xc, C, inner, t, ignore_index, label_smoothing, loss, lse);
   if (any_requires_grad({&logits}))
-    record("cross_entropy", {logits}, {loss},
+    record(op::cross_entropy, {logits}, {loss},
            [sx = SavedTensor(xc), st = SavedTensor(t), sl = SavedTensor(lse), C, inner, ignore_index,
             label_smoothing](const TensorList& g, GradMask) -> TensorList {
              const Tensor& x = sx.get();
              const Tensor gc = detail::contiguous_raw(detail::cast_raw(g[0], x.dtype()));
              Tensor gi = make_tensor(x.sizes(), x.dtype(), x.device());
-             backend(x.device(), "cross_entropy")
+             backend(x.device(), op::cross_entropy)
                  .cross_entropy_backward(gc, x, C, inner, st.get(), ignore_index, label_smoothing, sl.get(), gi);
              return {gi};
            });
@@ -137,19 +137,19 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
-  if (auto in = dispatch::autocast("mse_loss", input, target)) return mse_loss((*in)[0], (*in)[1], reduction);
-  detail::check_defined(input, "mse_loss", "input");
-  detail::check_defined(target, "mse_loss", "target");
-  AG_CHECK(input.sizes() == target.sizes(), "mse_loss", "input of shape ", input.sizes(),
+  if (auto in = dispatch::autocast(op::mse_loss, input, target)) return mse_loss((*in)[0], (*in)[1], reduction);
+  detail::check_defined(input, op::mse_loss, "input");
+  detail::check_defined(target, op::mse_loss, "target");
+  AG_CHECK(input.sizes() == target.sizes(), op::mse_loss, "input of shape ", input.sizes(),
            " and target of shape ", target.sizes(), " must have one shape");
-  AG_CHECK(is_floating(input.dtype()), "mse_loss", "input must be floating, got ", dtype_name(input.dtype()));
+  AG_CHECK(is_floating(input.dtype()), op::mse_loss, "input must be floating, got ", dtype_name(input.dtype()));
   return reduce_loss(square(sub(input, target)), reduction);
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
-  if (auto in = dispatch::autocast("binary_cross_entropy_with_logits", logits, target))
+  if (auto in = dispatch::autocast(op::binary_cross_entropy_with_logits, logits, target))
     return binary_cross_entropy_with_logits((*in)[0], (*in)[1], reduction);
-  const char* name = "binary_cross_entropy_with_logits";
+  const char* name = op::binary_cross_entropy_with_logits;
   detail::check_defined(logits, name, "input");
   detail::check_defined(target, name, "target");
   detail::check_same_device(logits, target, name);

@@ -13,19 +13,19 @@
 namespace ampgrad {
 
 Tensor embedding(const Tensor& indices, const Tensor& weight) {
-  detail::check_defined(indices, "embedding", "indices");
-  detail::check_defined(weight, "embedding", "weight");
-  detail::check_same_device(indices, weight, "embedding");
-  AG_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, "embedding",
+  detail::check_defined(indices, op::embedding, "indices");
+  detail::check_defined(weight, op::embedding, "weight");
+  detail::check_same_device(indices, weight, op::embedding);
+  AG_CHECK(indices.dtype() == kInt64 || indices.dtype() == kInt32, op::embedding,
            "indices must be int64 or int32, got ", dtype_name(indices.dtype()));
-  AG_CHECK(weight.dim() == 2, "embedding", "weight must be 2-D [num_embeddings, embedding_dim], got shape ",
+  AG_CHECK(weight.dim() == 2, op::embedding, "weight must be 2-D [num_embeddings, embedding_dim], got shape ",
            weight.sizes());
   const int64_t rows = weight.size(0);
   const Tensor flat = detail::contiguous_raw(detail::cast_raw(indices, kInt64)).reshape({indices.numel()});
   if (flat.device().is_cpu()) {
     const int64_t* ip = flat.data_ptr<int64_t>();
     for (int64_t i = 0; i < flat.numel(); ++i)
-      AG_CHECK(ip[i] >= 0 && ip[i] < rows, "embedding", "index ", ip[i], " is out of range for an embedding of ",
+      AG_CHECK(ip[i] >= 0 && ip[i] < rows, op::embedding, "index ", ip[i], " is out of range for an embedding of ",
                rows, " rows (weight shape ", weight.sizes(), ")");
   }
   std::vector<int64_t> shape = indices.sizes().vec();
@@ -34,10 +34,10 @@ Tensor embedding(const Tensor& indices, const Tensor& weight) {
 }
 
 Tensor dropout(const Tensor& x, double p, bool training) {
-  detail::check_defined(x, "dropout", "input");
-  AG_CHECK(p >= 0 && p <= 1, "dropout", "p must be in [0, 1], got ", p);
+  detail::check_defined(x, op::dropout, "input");
+  AG_CHECK(p >= 0 && p <= 1, op::dropout, "p must be in [0, 1], got ", p);
   if (!training || p == 0) return x;
-  AG_CHECK(x.is_floating_point(), "dropout", "expected a floating input, got ", dtype_name(x.dtype()));
+  AG_CHECK(x.is_floating_point(), op::dropout, "expected a floating input, got ", dtype_name(x.dtype()));
   if (p == 1) return mul(x, 0.0);  // all dropped; keeps the graph, gradient zero
   Tensor mask;
   {

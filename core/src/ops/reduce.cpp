@@ -160,14 +160,14 @@ std::pair<Tensor, Tensor> extremum_dim(const Tensor& x, int64_t dim0, bool keepd
 Tensor sum(const Tensor& x) { return sum(x, {}, false); }
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = dispatch::autocast("sum", x)) return sum((*in)[0], dims0, keepdim);
-  detail::check_defined(x, "sum", "input");
-  const Shape dims = reduce_dims(x, dims0, "sum");
+  if (auto in = dispatch::autocast(op::sum, x)) return sum((*in)[0], dims0, keepdim);
+  detail::check_defined(x, op::sum, "input");
+  const Shape dims = reduce_dims(x, dims0, op::sum);
   const DType dt = is_floating(x.dtype()) ? x.dtype() : kInt64;
-  Tensor out = reduce_raw(ReduceOp::Sum, x, dims, keepdim, dt, "sum");
+  Tensor out = reduce_raw(ReduceOp::Sum, x, dims, keepdim, dt, op::sum);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
-    record("sum", {x}, {out}, [in, dims, keepdim](const TensorList& g, GradMask) -> TensorList {
+    record(op::sum, {x}, {out}, [in, dims, keepdim](const TensorList& g, GradMask) -> TensorList {
       return {expand(unreduce(g[0], in, dims, keepdim), in.vec())};
     });
   }
@@ -177,14 +177,14 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
 Tensor mean(const Tensor& x) { return mean(x, {}, false); }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
-  detail::check_defined(x, "mean", "input");
-  check_floating(x, "mean");
-  const Shape dims = reduce_dims(x, dims0, "mean");
-  Tensor out = reduce_raw(ReduceOp::Mean, x, dims, keepdim, x.dtype(), "mean");
+  detail::check_defined(x, op::mean, "input");
+  check_floating(x, op::mean);
+  const Shape dims = reduce_dims(x, dims0, op::mean);
+  Tensor out = reduce_raw(ReduceOp::Mean, x, dims, keepdim, x.dtype(), op::mean);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
     const double n = double(reduced_count(x, dims));
-    record("mean", {x}, {out}, [in, dims, keepdim, n](const TensorList& g, GradMask) -> TensorList {
+    record(op::mean, {x}, {out}, [in, dims, keepdim, n](const TensorList& g, GradMask) -> TensorList {
       return {expand(div(unreduce(g[0], in, dims, keepdim), n), in.vec())};
     });
   }
@@ -204,7 +204,7 @@ Tensor var_backward(const Tensor& g_k, const Tensor& x, const Shape& dims, int64
 
 Tensor var_std(const Tensor& x, const std::vector<int64_t>& dims0, int64_t correction, bool keepdim,
                bool is_std) {
-  const char* name = is_std ? "std" : "var";
+  const char* name = is_std ? op::std : op::var;
   detail::check_defined(x, name, "input");
   check_floating(x, name);
   AG_CHECK(correction >= 0, name, "correction must be non-negative, got ", correction);
@@ -242,24 +242,24 @@ Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
 // ---- max, min, argmax, argmin ----------------------------------------------------------------
 
 Tensor amax(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return extremum_all(x, dims, keepdim, true, "amax");
+  return extremum_all(x, dims, keepdim, true, op::amax);
 }
 Tensor amin(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  return extremum_all(x, dims, keepdim, false, "amin");
+  return extremum_all(x, dims, keepdim, false, op::amin);
 }
-Tensor max(const Tensor& x) { return extremum_all(x, {}, false, true, "max"); }
-Tensor min(const Tensor& x) { return extremum_all(x, {}, false, false, "min"); }
+Tensor max(const Tensor& x) { return extremum_all(x, {}, false, true, op::max); }
+Tensor min(const Tensor& x) { return extremum_all(x, {}, false, false, op::min); }
 
 std::pair<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum_dim(x, dim, keepdim, true, "max");
+  return extremum_dim(x, dim, keepdim, true, op::max);
 }
 std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum_dim(x, dim, keepdim, false, "min");
+  return extremum_dim(x, dim, keepdim, false, op::min);
 }
 
 namespace {
 Tensor arg_extremum(const Tensor& x, int64_t dim0, bool keepdim, bool is_max) {
-  const char* name = is_max ? "argmax" : "argmin";
+  const char* name = is_max ? op::argmax : op::argmin;
   detail::check_defined(x, name, "input");
   const int64_t dim = wrap_dim(dim0, x.dim(), name);
   const Shape dims = x.dim() == 0 ? Shape() : Shape{dim};
@@ -274,15 +274,15 @@ Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) { return arg_extremum(
 // ---- logsumexp and norm -----------------------------------------------------------------------
 
 Tensor logsumexp(const Tensor& x0, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = dispatch::autocast("logsumexp", x0)) return logsumexp((*in)[0], dims0, keepdim);
-  detail::check_defined(x0, "logsumexp", "input");
+  if (auto in = dispatch::autocast(op::logsumexp, x0)) return logsumexp((*in)[0], dims0, keepdim);
+  detail::check_defined(x0, op::logsumexp, "input");
   // Integral inputs compute in the default floating dtype, like PyTorch.
   const Tensor x = is_floating(x0.dtype()) ? x0 : detail::cast_raw(x0, get_default_dtype());
-  const Shape dims = reduce_dims(x, dims0, "logsumexp");
-  Tensor out = reduce_raw(ReduceOp::LogSumExp, x, dims, keepdim, x.dtype(), "logsumexp");
+  const Shape dims = reduce_dims(x, dims0, op::logsumexp);
+  Tensor out = reduce_raw(ReduceOp::LogSumExp, x, dims, keepdim, x.dtype(), op::logsumexp);
   if (any_requires_grad({&x0})) {
     const Shape in = x.sizes();
-    record("logsumexp", {x0}, {out},
+    record(op::logsumexp, {x0}, {out},
            [sx = SavedTensor(x), so = SavedTensor(out), in, dims, keepdim](const TensorList& g,
                                                                           GradMask) -> TensorList {
              // g * softmax(x); a slice that is all -inf (out = -inf) gets zero, not NaN.
@@ -295,18 +295,18 @@ Tensor logsumexp(const Tensor& x0, const std::vector<int64_t>& dims0, bool keepd
 }
 
 Tensor norm(const Tensor& x, double p, const std::vector<int64_t>& dims0, bool keepdim) {
-  if (auto in = dispatch::autocast("norm", x)) return norm((*in)[0], p, dims0, keepdim);
-  detail::check_defined(x, "norm", "input");
-  check_floating(x, "norm");
-  AG_CHECK(!std::isnan(p), "norm", "p must not be NaN");
-  const Shape dims = reduce_dims(x, dims0, "norm");
-  if (std::isinf(p)) check_nonempty(x, dims, "norm");
+  if (auto in = dispatch::autocast(op::norm, x)) return norm((*in)[0], p, dims0, keepdim);
+  detail::check_defined(x, op::norm, "input");
+  check_floating(x, op::norm);
+  AG_CHECK(!std::isnan(p), op::norm, "p must not be NaN");
+  const Shape dims = reduce_dims(x, dims0, op::norm);
+  if (std::isinf(p)) check_nonempty(x, dims, op::norm);
   ReduceParams rp;
   rp.p = p;
-  Tensor out = reduce_raw(ReduceOp::Norm, x, dims, keepdim, x.dtype(), "norm", rp);
+  Tensor out = reduce_raw(ReduceOp::Norm, x, dims, keepdim, x.dtype(), op::norm, rp);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
-    record("norm", {x}, {out},
+    record(op::norm, {x}, {out},
            [sx = SavedTensor(x), so = SavedTensor(out), in, dims, keepdim, p](const TensorList& g,
                                                                              GradMask) -> TensorList {
              const Tensor& xv = sx.get();

@@ -39,15 +39,15 @@ Tensor expand_raw(const Tensor& base, const Shape& shape) {
 
 Tensor cast_raw(const Tensor& base, DType dtype) {
   if (base.dtype() == dtype) return base;
-  Tensor out = make_tensor(base.sizes(), dtype, base.device(), "to");
-  backend(base.device(), "to").copy(base, out);
+  Tensor out = make_tensor(base.sizes(), dtype, base.device(), op::to);
+  backend(base.device(), op::to).copy(base, out);
   return out;
 }
 
 Tensor contiguous_raw(const Tensor& base) {
   if (base.is_contiguous()) return base;
-  Tensor out = make_tensor(base.sizes(), base.dtype(), base.device(), "contiguous");
-  backend(base.device(), "contiguous").copy(base, out);
+  Tensor out = make_tensor(base.sizes(), base.dtype(), base.device(), op::contiguous);
+  backend(base.device(), op::contiguous).copy(base, out);
   return out;
 }
 
@@ -165,82 +165,82 @@ bool view_strides(const Shape& sizes, const Shape& strides, const Shape& new_siz
 }  // namespace
 
 Tensor view(const Tensor& x, const std::vector<int64_t>& shape) {
-  detail::check_defined(x, "view", "input");
-  Shape sizes = infer_shape(shape, x.numel(), "view");
+  detail::check_defined(x, op::view, "input");
+  Shape sizes = infer_shape(shape, x.numel(), op::view);
   Shape strides;
-  AG_CHECK(view_strides(x.sizes(), x.strides(), sizes, strides), "view", "a tensor of shape ",
+  AG_CHECK(view_strides(x.sizes(), x.strides(), sizes, strides), op::view, "a tensor of shape ",
            x.sizes(), " and strides ", x.strides(), " cannot be viewed as shape ", sizes,
            " without a copy; use reshape");
   const Shape in = x.sizes();
-  return view_op("view", x, make_view(x, sizes, strides, x.storage_offset()),
+  return view_op(op::view, x, make_view(x, sizes, strides, x.storage_offset()),
                  [in](const Tensor& g) { return reshape(g, in.vec()); });
 }
 
 Tensor reshape(const Tensor& x, const std::vector<int64_t>& shape) {
-  detail::check_defined(x, "reshape", "input");
-  Shape sizes = infer_shape(shape, x.numel(), "reshape");
+  detail::check_defined(x, op::reshape, "input");
+  Shape sizes = infer_shape(shape, x.numel(), op::reshape);
   Shape strides;
   if (view_strides(x.sizes(), x.strides(), sizes, strides)) return view(x, sizes.vec());
   return view(contiguous(x), sizes.vec());
 }
 
 Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
-  detail::check_defined(x, "flatten", "input");
+  detail::check_defined(x, op::flatten, "input");
   if (x.dim() == 0) return reshape(x, {1});
-  const int64_t s = wrap_dim(start_dim, x.dim(), "flatten"), e = wrap_dim(end_dim, x.dim(), "flatten");
-  AG_CHECK(s <= e, "flatten", "start_dim ", start_dim, " comes after end_dim ", end_dim);
+  const int64_t s = wrap_dim(start_dim, x.dim(), op::flatten), e = wrap_dim(end_dim, x.dim(), op::flatten);
+  AG_CHECK(s <= e, op::flatten, "start_dim ", start_dim, " comes after end_dim ", end_dim);
   std::vector<int64_t> shape;
   for (int64_t i = 0; i < s; ++i) shape.push_back(x.sizes()[size_t(i)]);
   int64_t m = 1;
-  for (int64_t i = s; i <= e; ++i) m = checked_mul(m, x.sizes()[size_t(i)], "flatten", "the flattened size");
+  for (int64_t i = s; i <= e; ++i) m = checked_mul(m, x.sizes()[size_t(i)], op::flatten, "the flattened size");
   shape.push_back(m);
   for (int64_t i = e + 1; i < x.dim(); ++i) shape.push_back(x.sizes()[size_t(i)]);
   return reshape(x, shape);
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
-  detail::check_defined(x, "transpose", "input");
+  detail::check_defined(x, op::transpose, "input");
   if (x.dim() == 0) return x;
-  d0 = wrap_dim(d0, x.dim(), "transpose");
-  d1 = wrap_dim(d1, x.dim(), "transpose");
+  d0 = wrap_dim(d0, x.dim(), op::transpose);
+  d1 = wrap_dim(d1, x.dim(), op::transpose);
   Shape sizes = x.sizes(), strides = x.strides();
   std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
   std::swap(strides[size_t(d0)], strides[size_t(d1)]);
-  return view_op("transpose", x, make_view(x, sizes, strides, x.storage_offset()),
+  return view_op(op::transpose, x, make_view(x, sizes, strides, x.storage_offset()),
                  [d0, d1](const Tensor& g) { return transpose(g, d0, d1); });
 }
 
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
-  detail::check_defined(x, "permute", "input");
-  AG_CHECK(int64_t(dims.size()) == x.dim(), "permute", "got ", dims.size(), " dims ", dims,
+  detail::check_defined(x, op::permute, "input");
+  AG_CHECK(int64_t(dims.size()) == x.dim(), op::permute, "got ", dims.size(), " dims ", dims,
            " for a tensor of ", x.dim(), " dims");
   Shape sizes(dims.size()), strides(dims.size());
   std::vector<int64_t> inverse(dims.size(), -1);
   for (size_t i = 0; i < dims.size(); ++i) {
-    const int64_t d = wrap_dim(dims[i], x.dim(), "permute");
-    AG_CHECK(inverse[size_t(d)] < 0, "permute", "dim ", dims[i], " repeats in ", dims);
+    const int64_t d = wrap_dim(dims[i], x.dim(), op::permute);
+    AG_CHECK(inverse[size_t(d)] < 0, op::permute, "dim ", dims[i], " repeats in ", dims);
     inverse[size_t(d)] = int64_t(i);
     sizes[i] = x.sizes()[size_t(d)];
     strides[i] = x.strides()[size_t(d)];
   }
-  return view_op("permute", x, make_view(x, sizes, strides, x.storage_offset()),
+  return view_op(op::permute, x, make_view(x, sizes, strides, x.storage_offset()),
                  [inverse](const Tensor& g) { return permute(g, inverse); });
 }
 
 Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
-  detail::check_defined(x, "narrow", "input");
-  AG_CHECK(x.dim() > 0, "narrow", "cannot narrow a 0-dim tensor");
-  dim = wrap_dim(dim, x.dim(), "narrow");
+  detail::check_defined(x, op::narrow, "input");
+  AG_CHECK(x.dim() > 0, op::narrow, "cannot narrow a 0-dim tensor");
+  dim = wrap_dim(dim, x.dim(), op::narrow);
   const int64_t n = x.sizes()[size_t(dim)];
   if (start < 0) start += n;
   // length <= n - start rather than start + length <= n, which can overflow.
-  AG_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, "narrow", "start ", start,
+  AG_CHECK(start >= 0 && start <= n && length >= 0 && length <= n - start, op::narrow, "start ", start,
            " and length ", length, " are out of range for dim ", dim, " of size ", n);
   Shape sizes = x.sizes();
   sizes[size_t(dim)] = length;
   const int64_t off = x.storage_offset() + start * x.strides()[size_t(dim)];
   const Shape in = x.sizes();
-  return view_op("narrow", x, make_view(x, sizes, x.strides(), off), [in, dim, start, length](const Tensor& g) {
+  return view_op(op::narrow, x, make_view(x, sizes, x.strides(), off), [in, dim, start, length](const Tensor& g) {
     Tensor out = zeros(in.vec(), g.options());
     narrow(out, dim, start, length).copy_(g);
     return out;
@@ -248,11 +248,11 @@ Tensor narrow(const Tensor& x, int64_t dim, int64_t start, int64_t length) {
 }
 
 Tensor select(const Tensor& x, int64_t dim, int64_t index) {
-  detail::check_defined(x, "select", "input");
-  AG_CHECK(x.dim() > 0, "select", "cannot select from a 0-dim tensor");
-  dim = wrap_dim(dim, x.dim(), "select");
+  detail::check_defined(x, op::select, "input");
+  AG_CHECK(x.dim() > 0, op::select, "cannot select from a 0-dim tensor");
+  dim = wrap_dim(dim, x.dim(), op::select);
   const int64_t n = x.sizes()[size_t(dim)];
-  AG_CHECK(index >= -n && index < n, "select", "index ", index, " is out of range for dim ", dim,
+  AG_CHECK(index >= -n && index < n, op::select, "index ", index, " is out of range for dim ", dim,
            " of size ", n);
   if (index < 0) index += n;
   Shape sizes = x.sizes(), strides = x.strides();
@@ -260,7 +260,7 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   sizes.erase(size_t(dim));
   strides.erase(size_t(dim));
   const Shape in = x.sizes();
-  return view_op("select", x, make_view(x, sizes, strides, off), [in, dim, index](const Tensor& g) {
+  return view_op(op::select, x, make_view(x, sizes, strides, off), [in, dim, index](const Tensor& g) {
     Tensor out = zeros(in.vec(), g.options());
     select(out, dim, index).copy_(g);
     return out;
@@ -268,31 +268,31 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
 }
 
 Tensor expand(const Tensor& x, const std::vector<int64_t>& shape) {
-  detail::check_defined(x, "expand", "input");
-  AG_CHECK(shape.size() >= size_t(x.dim()), "expand", "cannot expand shape ", x.sizes(), " to ",
+  detail::check_defined(x, op::expand, "input");
+  AG_CHECK(shape.size() >= size_t(x.dim()), op::expand, "cannot expand shape ", x.sizes(), " to ",
            shape, " (fewer dims)");
   Shape target(shape);
   const size_t lead = shape.size() - size_t(x.dim());
   for (size_t i = 0; i < shape.size(); ++i) {
     const int64_t cur = i < lead ? 1 : x.sizes()[i - lead];
     if (target[i] == -1) {
-      AG_CHECK(i >= lead, "expand", "-1 is not allowed for a new leading dim in ", shape);
+      AG_CHECK(i >= lead, op::expand, "-1 is not allowed for a new leading dim in ", shape);
       target[i] = cur;
     }
-    AG_CHECK(target[i] >= 0, "expand", "invalid size ", target[i], " in dim ", i, " of ", shape);
-    AG_CHECK(cur == target[i] || cur == 1, "expand", "cannot expand shape ", x.sizes(), " to ", shape,
+    AG_CHECK(target[i] >= 0, op::expand, "invalid size ", target[i], " in dim ", i, " of ", shape);
+    AG_CHECK(cur == target[i] || cur == 1, op::expand, "cannot expand shape ", x.sizes(), " to ", shape,
              " (dim ", i, ": ", cur, " vs ", target[i], ")");
   }
-  checked_numel(target, "expand");  // a view of no storage of its own, but its numel must fit
+  checked_numel(target, op::expand);  // a view of no storage of its own, but its numel must fit
   const Shape in = x.sizes();
   // A new view also for x's own shape (expand_raw gives x itself): the node is recorded on
   // the output, which must not be x (a leaf would become its own ExpandBackward's output).
   Tensor out = target == in ? make_view(x, in, x.strides(), x.storage_offset()) : detail::expand_raw(x, target);
-  return view_op("expand", x, std::move(out), [in](const Tensor& g) { return sum_to(g, in); });
+  return view_op(op::expand, x, std::move(out), [in](const Tensor& g) { return sum_to(g, in); });
 }
 
 Tensor squeeze(const Tensor& x) {
-  detail::check_defined(x, "squeeze", "input");
+  detail::check_defined(x, op::squeeze, "input");
   std::vector<int64_t> shape;
   for (int64_t s : x.sizes())
     if (s != 1) shape.push_back(s);
@@ -300,9 +300,9 @@ Tensor squeeze(const Tensor& x) {
 }
 
 Tensor squeeze(const Tensor& x, int64_t dim) {
-  detail::check_defined(x, "squeeze", "input");
+  detail::check_defined(x, op::squeeze, "input");
   if (x.dim() == 0) return x;
-  dim = wrap_dim(dim, x.dim(), "squeeze");
+  dim = wrap_dim(dim, x.dim(), op::squeeze);
   if (x.sizes()[size_t(dim)] != 1) return x;
   std::vector<int64_t> shape = x.sizes().vec();
   shape.erase(shape.begin() + dim);
@@ -310,52 +310,52 @@ Tensor squeeze(const Tensor& x, int64_t dim) {
 }
 
 Tensor unsqueeze(const Tensor& x, int64_t dim) {
-  detail::check_defined(x, "unsqueeze", "input");
-  dim = wrap_dim(dim, x.dim() + 1, "unsqueeze");
+  detail::check_defined(x, op::unsqueeze, "input");
+  dim = wrap_dim(dim, x.dim() + 1, op::unsqueeze);
   Shape sizes = x.sizes(), strides = x.strides();
   const int64_t st =
-      size_t(dim) < sizes.size() ? checked_mul(sizes[size_t(dim)], strides[size_t(dim)], "unsqueeze", "the new stride") : 1;
+      size_t(dim) < sizes.size() ? checked_mul(sizes[size_t(dim)], strides[size_t(dim)], op::unsqueeze, "the new stride") : 1;
   sizes.insert(size_t(dim), 1);
   strides.insert(size_t(dim), st);
-  return view_op("unsqueeze", x, make_view(x, sizes, strides, x.storage_offset()),
+  return view_op(op::unsqueeze, x, make_view(x, sizes, strides, x.storage_offset()),
                  [dim](const Tensor& g) { return squeeze(g, dim); });
 }
 
 Tensor contiguous(const Tensor& x) {
-  detail::check_defined(x, "contiguous", "input");
+  detail::check_defined(x, op::contiguous, "input");
   if (x.is_contiguous()) return x;
   return clone(x);
 }
 
 Tensor clone(const Tensor& x) {
-  detail::check_defined(x, "clone", "input");
-  Tensor out = make_tensor(x.sizes(), x.dtype(), x.device(), "clone");
-  backend(x.device(), "clone").copy(x, out);
-  return view_op("clone", x, out, [](const Tensor& g) { return g; });
+  detail::check_defined(x, op::clone, "input");
+  Tensor out = make_tensor(x.sizes(), x.dtype(), x.device(), op::clone);
+  backend(x.device(), op::clone).copy(x, out);
+  return view_op(op::clone, x, out, [](const Tensor& g) { return g; });
 }
 
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (auto in = dispatch::autocast("cat", tensors)) return cat(*in, dim);
-  AG_CHECK(!tensors.empty(), "cat", "expected a non-empty list of tensors");
+  if (auto in = dispatch::autocast(op::cat, tensors)) return cat(*in, dim);
+  AG_CHECK(!tensors.empty(), op::cat, "expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
-  for (const Tensor& t : tensors) detail::check_defined(t, "cat", "an input");
-  AG_CHECK(first.dim() > 0, "cat", "zero-dimensional tensors cannot be concatenated");
-  dim = wrap_dim(dim, first.dim(), "cat");
+  for (const Tensor& t : tensors) detail::check_defined(t, op::cat, "an input");
+  AG_CHECK(first.dim() > 0, op::cat, "zero-dimensional tensors cannot be concatenated");
+  dim = wrap_dim(dim, first.dim(), op::cat);
   DType dt = first.dtype();
   Shape out_shape = first.sizes();
   out_shape[size_t(dim)] = 0;
   for (size_t k = 0; k < tensors.size(); ++k) {
     const Tensor& t = tensors[k];
-    detail::check_same_device(first, t, "cat");
-    AG_CHECK(t.dim() == first.dim(), "cat", "tensor ", k, " has ", t.dim(), " dims, tensor 0 has ",
+    detail::check_same_device(first, t, op::cat);
+    AG_CHECK(t.dim() == first.dim(), op::cat, "tensor ", k, " has ", t.dim(), " dims, tensor 0 has ",
              first.dim());
     for (int64_t d = 0; d < t.dim(); ++d)
-      AG_CHECK(d == dim || t.sizes()[size_t(d)] == first.sizes()[size_t(d)], "cat", "sizes of tensors must match except in dim ",
+      AG_CHECK(d == dim || t.sizes()[size_t(d)] == first.sizes()[size_t(d)], op::cat, "sizes of tensors must match except in dim ",
                dim, ": tensor 0 has shape ", first.sizes(), ", tensor ", k, " has shape ", t.sizes());
-    out_shape[size_t(dim)] = checked_add(out_shape[size_t(dim)], t.sizes()[size_t(dim)], "cat", "the joined size");
+    out_shape[size_t(dim)] = checked_add(out_shape[size_t(dim)], t.sizes()[size_t(dim)], op::cat, "the joined size");
     dt = promote_types(dt, t.dtype());
   }
-  Tensor out = make_tensor(out_shape, dt, first.device(), "cat");
+  Tensor out = make_tensor(out_shape, dt, first.device(), op::cat);
   std::vector<int64_t> lengths;
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
@@ -363,12 +363,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     Shape sz = out.sizes();
     sz[size_t(dim)] = len;
     Tensor slice = make_view(out, sz, out.strides(), offset * out.strides()[size_t(dim)]);
-    backend(out.device(), "cat").copy(t, slice);
+    backend(out.device(), op::cat).copy(t, slice);
     offset += len;
     lengths.push_back(len);
   }
   if (any_requires_grad(tensors))
-    record("cat", tensors, {out}, [lengths, dim](const TensorList& g, GradMask need) {
+    record(op::cat, tensors, {out}, [lengths, dim](const TensorList& g, GradMask need) {
       TensorList grads;
       int64_t off = 0;
       for (size_t i = 0; i < lengths.size(); ++i) {
@@ -381,12 +381,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  if (auto in = dispatch::autocast("stack", tensors)) return stack(*in, dim);
-  AG_CHECK(!tensors.empty(), "stack", "expected a non-empty list of tensors");
-  dim = wrap_dim(dim, tensors[0].dim() + 1, "stack");
+  if (auto in = dispatch::autocast(op::stack, tensors)) return stack(*in, dim);
+  AG_CHECK(!tensors.empty(), op::stack, "expected a non-empty list of tensors");
+  dim = wrap_dim(dim, tensors[0].dim() + 1, op::stack);
   std::vector<Tensor> parts;
   for (size_t k = 0; k < tensors.size(); ++k) {
-    AG_CHECK(tensors[k].sizes() == tensors[0].sizes(), "stack", "all tensors must have one shape: tensor 0 has ",
+    AG_CHECK(tensors[k].sizes() == tensors[0].sizes(), op::stack, "all tensors must have one shape: tensor 0 has ",
              tensors[0].sizes(), ", tensor ", k, " has ", tensors[k].sizes());
     parts.push_back(unsqueeze(tensors[k], dim));
   }
@@ -417,9 +417,9 @@ Tensor joined_slices(const TensorList& g, int64_t dim, const Shape& in) {
 }  // namespace
 
 std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
-  detail::check_defined(x, "split", "input");
-  AG_CHECK(split_size > 0, "split", "split_size must be positive, got ", split_size);
-  dim = wrap_dim(dim, x.dim(), "split");
+  detail::check_defined(x, op::split, "input");
+  AG_CHECK(split_size > 0, op::split, "split_size must be positive, got ", split_size);
+  dim = wrap_dim(dim, x.dim(), op::split);
   const int64_t n = x.sizes()[size_t(dim)];
   std::vector<Tensor> out;
   std::vector<int64_t> lengths;
@@ -438,7 +438,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
   // split are made so) are joined without a copy.
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
-    record("split", {x}, out, [in, dim, lengths](const TensorList& g, GradMask) -> TensorList {
+    record(op::split, {x}, out, [in, dim, lengths](const TensorList& g, GradMask) -> TensorList {
       if (Tensor joined = joined_slices(g, dim, in); joined.defined()) return {joined};
       TensorOptions opts;
       for (const Tensor& gi : g)
@@ -460,9 +460,9 @@ std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) {
 }
 
 std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) {
-  detail::check_defined(x, "chunk", "input");
-  AG_CHECK(chunks > 0, "chunk", "chunks must be positive, got ", chunks);
-  dim = wrap_dim(dim, x.dim(), "chunk");
+  detail::check_defined(x, op::chunk, "input");
+  AG_CHECK(chunks > 0, op::chunk, "chunks must be positive, got ", chunks);
+  dim = wrap_dim(dim, x.dim(), op::chunk);
   const int64_t n = x.sizes()[size_t(dim)];
   return split(x, std::max<int64_t>(1, n / chunks + (n % chunks != 0)), dim);
 }
@@ -486,21 +486,21 @@ void check_index_range(const Tensor& idx, int64_t n, int64_t dim, const char* op
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  detail::check_defined(x, "index_select", "input");
-  check_index(index, "index_select");
-  AG_CHECK(index.dim() <= 1, "index_select", "index must be 1-D, got shape ", index.sizes());
-  dim = wrap_dim(dim, x.dim(), "index_select");
+  detail::check_defined(x, op::index_select, "input");
+  check_index(index, op::index_select);
+  AG_CHECK(index.dim() <= 1, op::index_select, "index must be 1-D, got shape ", index.sizes());
+  dim = wrap_dim(dim, x.dim(), op::index_select);
   Tensor idx = detail::contiguous_raw(detail::cast_raw(index.dim() == 0 ? index.view({1}) : index, kInt64));
-  check_index_range(idx, x.sizes()[size_t(dim)], dim, "index_select");
+  check_index_range(idx, x.sizes()[size_t(dim)], dim, op::index_select);
   Shape shape = x.sizes();
   shape[size_t(dim)] = idx.numel();
-  Tensor out = make_tensor(shape, x.dtype(), x.device(), "index_select");
-  backend(x.device(), "index_select").index_select(x, dim, idx, out);
+  Tensor out = make_tensor(shape, x.dtype(), x.device(), op::index_select);
+  backend(x.device(), op::index_select).index_select(x, dim, idx, out);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
-    record("index_select", {x}, {out}, [in, dim, idx](const TensorList& g, GradMask) -> TensorList {
+    record(op::index_select, {x}, {out}, [in, dim, idx](const TensorList& g, GradMask) -> TensorList {
       Tensor gx = zeros(in.vec(), g[0].options());
-      backend(gx.device(), "index_select").index_add(gx, dim, idx, detail::contiguous_raw(g[0]));
+      backend(gx.device(), op::index_select).index_add(gx, dim, idx, detail::contiguous_raw(g[0]));
       return {gx};
     });
   }
@@ -508,23 +508,23 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  detail::check_defined(x, "gather", "input");
-  check_index(index, "gather");
-  AG_CHECK(index.dim() == x.dim(), "gather", "index has ", index.dim(), " dims but the input has ",
+  detail::check_defined(x, op::gather, "input");
+  check_index(index, op::gather);
+  AG_CHECK(index.dim() == x.dim(), op::gather, "index has ", index.dim(), " dims but the input has ",
            x.dim());
-  dim = wrap_dim(dim, x.dim(), "gather");
+  dim = wrap_dim(dim, x.dim(), op::gather);
   for (int64_t d = 0; d < x.dim(); ++d)
-    AG_CHECK(d == dim || index.sizes()[size_t(d)] <= x.sizes()[size_t(d)], "gather", "index shape ",
+    AG_CHECK(d == dim || index.sizes()[size_t(d)] <= x.sizes()[size_t(d)], op::gather, "index shape ",
              index.sizes(), " exceeds the input shape ", x.sizes(), " in dim ", d);
   Tensor idx = detail::contiguous_raw(detail::cast_raw(index, kInt64));
-  check_index_range(idx, x.sizes()[size_t(dim)], dim, "gather");
+  check_index_range(idx, x.sizes()[size_t(dim)], dim, op::gather);
   Tensor out = make_tensor(idx.sizes(), x.dtype(), x.device());
-  backend(x.device(), "gather").gather(x, dim, idx, out);
+  backend(x.device(), op::gather).gather(x, dim, idx, out);
   if (any_requires_grad({&x})) {
     const Shape in = x.sizes();
-    record("gather", {x}, {out}, [in, dim, idx](const TensorList& g, GradMask) -> TensorList {
+    record(op::gather, {x}, {out}, [in, dim, idx](const TensorList& g, GradMask) -> TensorList {
       Tensor gx = zeros(in.vec(), g[0].options());
-      backend(gx.device(), "gather").scatter_add(gx, dim, idx, detail::contiguous_raw(g[0]));
+      backend(gx.device(), op::gather).scatter_add(gx, dim, idx, detail::contiguous_raw(g[0]));
       return {gx};
     });
   }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "ampgrad/op_ids.h"
 #include "ampgrad/tensor.h"
 
 namespace ampgrad {
@@ -35,9 +36,12 @@ const char* cast_policy_name(CastPolicy p);
 namespace autocast {
 
 /// The policy of `op` on a device type (PassThrough for ops the table does not list).
+CastPolicy policy(OpName op, DeviceType device_type);
+/// The same by the op's name (ampgrad/op_ids.h); PassThrough for a name no op has.
 CastPolicy policy(std::string_view op, DeviceType device_type);
-/// Every row of a device type's table, in table order.
-const std::vector<std::pair<std::string_view, CastPolicy>>& policy_table(DeviceType device_type);
+/// Every row of a device type's table, in table order. Rows are keyed on the op's id, so a
+/// misspelled row does not compile.
+const std::vector<std::pair<OpName, CastPolicy>>& policy_table(DeviceType device_type);
 
 bool is_enabled(DeviceType device_type);
 DType get_dtype(DeviceType device_type);
@@ -50,7 +54,7 @@ size_t cache_size();
 /// The decision alone, without tensors or a device: the dtype each input of `op` would
 /// have under autocast to `autocast_dtype` on a device type (inputs given by dtype;
 /// integral and float64 inputs keep theirs).
-std::vector<DType> cast_dtypes(std::string_view op, DeviceType device_type, DType autocast_dtype,
+std::vector<DType> cast_dtypes(OpName op, DeviceType device_type, DType autocast_dtype,
                                const std::vector<DType>& inputs);
 
 /// True when autocast is enabled for any device type on this thread. Inside the engine's
@@ -59,13 +63,13 @@ bool any_enabled();
 
 /// The inputs an op computes with under the current autocast state: each one unchanged
 /// or cast (through autograd) according to the op's policy. Undefined tensors pass.
-std::vector<Tensor> cast_inputs(const char* op, std::vector<Tensor> inputs);
+std::vector<Tensor> cast_inputs(OpName op, std::vector<Tensor> inputs);
 
 /// The hook that core's ops call first, through dispatch::autocast (ampgrad/dispatch.h),
 /// while autocast is enabled on the thread: the cast inputs when autocast changes any of
 /// them, else nullopt. An op then calls itself with the cast inputs; casting is
 /// idempotent, so that call proceeds. AutocastGuard installs it.
-std::optional<std::vector<Tensor>> cast_if_needed(const char* op, const std::vector<Tensor>& inputs);
+std::optional<std::vector<Tensor>> cast_if_needed(OpId op, const std::vector<Tensor>& inputs);
 
 }  // namespace autocast
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ampgrad/op_ids.h"
 #include "ampgrad/nn/module.h"
 
 namespace ampgrad::nn {
@@ -108,7 +109,7 @@ class LayerNorm : public Module {
 /// float32, the norm writes the product's 16-bit input itself (layer_norm_to: the same bits
 /// and gradients as ln's float32 output cast by the product, one pass fewer each way).
 /// Anything else, a class derived from LayerNorm included, is ln.forward(x).
-Tensor norm_for_product(LayerNorm& ln, const Tensor& x, const char* op);
+Tensor norm_for_product(LayerNorm& ln, const Tensor& x, OpName op);
 
 class Embedding : public Module {
  public:
