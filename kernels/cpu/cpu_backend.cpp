@@ -220,7 +220,8 @@ void copy_loop(const Tensor& src, const Tensor& dst) {
 // in src; each plane of those two dims is copied in kTile x kTile blocks, which both sides
 // hold in L1, the blocks' rows spread over the threads. Full blocks of 16-, 32- and 64-bit
 // elements go through AVX-512 registers (transpose32x32_16, transpose16, transpose8x8_64)
-// where the CPU has them, faster than the scalar tile loop (bench_ops' transpose rows).
+// where the CPU has them, faster than the scalar tile loop (bench_ops' transposed_copy rows
+// time the copy against a plain one).
 // Bits are moved, never converted. False where the copy is not of
 // this kind.
 constexpr int64_t kTile = 32;

@@ -74,8 +74,8 @@ bool float32_in_bf16() {
 // Float32 products of at least kBlockedRows rows whose weight holds at least kBlockedWeight
 // elements take the weight in oneDNN's own blocked layout, reordered on each call (the
 // weight changes every step, so there is nothing to keep). The reorder pays for itself only
-// where the product is long and the weight large (bench_matmul times both forms); smaller
-// products, and bfloat16 ones, keep the plain layout.
+// where the product is long and the weight large; smaller products, and bfloat16 ones, keep
+// the plain layout (the measurements: docs/performance-history.md).
 constexpr int64_t kBlockedRows = 2048, kBlockedWeight = 1 << 16;
 
 bool blocked_weights(const MatmulGeom& g, DType t, DType td) {
