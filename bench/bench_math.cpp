@@ -16,7 +16,7 @@
 // `#pragma omp parallel` region on t threads, the fixed cost of going parallel. Splitting n
 // elements of per-element cost c over 2 threads saves n c / 2 and costs the region, so a
 // loop should go parallel above n = 2 region / c: how kernels/cpu/parallel.h's grains were
-// picked (docs/architecture.md gives the figures).
+// picked (docs/performance-history.md gives the figures).
 // Wall-clock time (UseRealTime); threads from OMP_NUM_THREADS, but the grain rows set theirs.
 // Any ag::Error becomes SkipWithError so the rest of the program still runs.
 #include <benchmark/benchmark.h>

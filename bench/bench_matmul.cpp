@@ -203,8 +203,8 @@ void register_all() {
         auto* b = benchmark::RegisterBenchmark((base + (impl == 0 ? "/ampgrad" : "/onednn")).c_str(),
                                                [fn, dt, n](benchmark::State& s) { fn(s, dt, n); });
         b->UseRealTime()->Unit(benchmark::kMillisecond);
-        // Keep the whole run short: at 2048 one product takes 20-50 ms for oneDNN on 2 cores,
-        // and a slow kernel still runs just once per repetition.
+        // Keep the whole run short: a 2048 product takes tens of milliseconds on a few
+        // cores, and a slow kernel still runs just once per repetition.
         b->MinTime(n >= 2048 ? 0.1 : 0.2);
       }
     }

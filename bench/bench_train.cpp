@@ -9,7 +9,7 @@
 // context 256) with vocab 96 on tokens [8, 256].
 // train_step/gpt_w256/ampgrad: nn::GPT {vocab 96, block 128, layers 4, heads 4, width 256}
 // on tokens [16, 128]: the GPT on which the float32 step was first measured against
-// PyTorch 2.15 (0.8x its tokens/s then), in size between the two presets.
+// PyTorch 2.15 (docs/performance-history.md), in size between the two presets.
 // Each case builds its model and optimizer, runs two untimed steps (AdamW state, allocator
 // and first-touch warm-up), then times steps. Wall-clock time (UseRealTime: the ops are
 // multi-threaded, threads from OMP_NUM_THREADS). The rate counter is "samples/s" (MLP,

@@ -49,8 +49,8 @@ inline __mmask16 lane_mask16(size_t rest) {
 // than plain ones on some cores (AMD Zen 4), while the masked 32-bit stores of the widening
 // loops measured as fast as plain ones, so those keep one loop. The loop is a macro, not a
 // template taking the block as a callable: a template instantiated without the target
-// attribute cannot inline a callee that has it, and a call per 16 elements made a 256-element
-// narrowing to bfloat16 28-34 ns, 13 written out (AMD Zen 5, bench_ops' convert/*/256).
+// attribute cannot inline a callee that has it, and a call per 16 elements would dominate a
+// short chunk's conversion (bench_ops' convert/*/256 rows time one call).
 #define AG_NARROW16_LOOP(src, dst, n, block)                                                     \
   do {                                                                                           \
     size_t i_ = 0;                                                                               \

@@ -121,8 +121,7 @@ struct Rows {
 
 // Whether rows ld elements of A apart alias in the L1 cache: at a multiple of 1 KiB the
 // rows of a tile fall on a quarter of the sets (4 KiB per way) and evict each other as the
-// small kernel streams them (a 64 x 64 x 64 product ran at 114 GFLOP/s with 256 floats
-// between rows, 150-160 with 272 or 320, on one Sapphire Rapids core).
+// small kernel streams them, and the product slows down; rows at other distances do not.
 template <class A>
 bool aliasing_rows(int64_t ld, int64_t rows) {
   return rows > 16 && ld > 0 && (ld * int64_t(sizeof(A))) % 1024 == 0;
@@ -165,8 +164,8 @@ struct Widened {
 // The transpose [C, R] (leading dimension R) of the R x C rows m, into buf: the products
 // that take k^T or v^T then read rows, which tile_gemm's small kernel streams, and each
 // key block is transposed once per entry rather than once per query block. Float blocks
-// of 16 x 16 go through AVX-512 registers at the level avx512 (element by element, the
-// transposes were 4% of the small GPT's step); the rest is copied element by element.
+// of 16 x 16 go through AVX-512 registers at the level avx512 (element by element is a
+// strided gather); the rest is copied element by element.
 template <class A>
 Rows<A> transposed(const Rows<A>& m, int64_t R, int64_t C, std::vector<A>& buf) {
   const int64_t ld = buffer_ld<A>(R, C);

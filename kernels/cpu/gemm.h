@@ -3,8 +3,8 @@
 //
 // The float product is the one that decides such a kernel's speed. The library is built
 // for baseline x86-64 (SSE2), so Eigen's product runs on 4-wide vectors, while oneDNN's
-// sgemm is JIT-compiled for the vectors the CPU has (AVX2, AVX-512): about 4x Eigen's rate
-// on 64x64 tiles. The oneDNN build therefore takes oneDNN's sgemm for float
+// sgemm is JIT-compiled for the vectors the CPU has (AVX2, AVX-512), several times Eigen's
+// rate on 64x64 tiles. The oneDNN build therefore takes oneDNN's sgemm for float
 // (onednn_matmul.cpp), the Eigen build Eigen's (eigen_matmul.cpp); double is Eigen in both.
 // Small float products go first to our own AVX-512 kernel at the kernels' level avx512: at
 // attention's head sizes (32, 64) sgemm's per-call cost exceeded the product itself.

@@ -146,8 +146,7 @@ void forward_cols(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, in
 // The gradient flushes values below the smallest normal float to zero, as exp_acc does its
 // results: a confident model's probabilities times 1 / N (mean reduction) can fall into the
 // denormals, and a product that reads them runs many times slower on x86 (microcode assists
-// on denormal operands): the [96, 2048] x [2048, 128] weight gradient of a GPT's head took
-// 0.14 ms on normal values, 2.9 ms with a tenth of its gradient denormal, 14 ms with half.
+// on denormal operands), and a GPT head's weight gradient reads this gradient whole.
 // The change is under FLT_MIN (1.2e-38) in absolute value; NaN passes.
 template <class A>
 [[gnu::always_inline]] inline A flush_denormal(A v) {

@@ -289,7 +289,7 @@ struct LnScratch {
 // when not wanted). w is the widened weight, all ones when the norm has none. Two passes
 // over each row, both in L1: the first accumulates the column sums and the row's two
 // means, the second writes dx from g and x again, so no row-sized temporary is written
-// (eight separate passes cost 2.5x the memory traffic's time).
+// (separate passes would each read or write the row again).
 template <class T>
 [[gnu::always_inline]] inline void ln_backward_rows(const LnBackward<T>& a, int64_t r0, int64_t r1,
                                                     acc_type_t<T>* tw, acc_type_t<T>* tb,

@@ -1,17 +1,16 @@
-// Convolution through oneDNN primitives, pooling through the shared loops (the
-// AMPGRAD_ONEDNN=ON build).
+// Convolution through oneDNN primitives, pooling through oneDNN's primitives or the shared
+// loops (the AMPGRAD_ONEDNN=ON build).
 //
 // Forward, backward-data and backward-weights (with the bias gradient fused) are oneDNN
 // convolution primitives created with "any" layouts: oneDNN picks blocked layouts for its
 // direct JIT kernels, and cached reorders move the caller's plain NCHW / OIHW (GOIHW with
-// groups) tensors in and out through scratch tensors. Measured on AVX-512 (fp32 and bf16,
-// CNN-sized layers) this is about twice as fast as the GEMM-based kernels oneDNN uses for
-// plain layouts, reorders included. Each primitive and its reorders form one cached plan
+// groups) tensors in and out through scratch tensors: on CNN-sized layers the direct
+// kernels beat the GEMM-based ones oneDNN uses for plain layouts, reorders included. Each primitive and its reorders form one cached plan
 // (onednn_cache.h); the backward ones are created with a forward hint as oneDNN requires.
 // float32 and bfloat16 run natively; float16 without a oneDNN f16 kernel on this CPU goes
 // through float32 copies, and float64 (which oneDNN lacks) through im2col + Eigen.
 //
-// Pooling runs oneDNN's pooling primitives (about ten times faster than scalar loops)
+// Pooling runs oneDNN's pooling primitives (JIT-compiled vector code, where the loops are scalar)
 // wherever they agree with PyTorch's window rules, and conv_common's loops, which follow
 // those rules exactly, elsewhere: inputs holding a NaN or -inf (oneDNN's max skips NaNs and
 // starts from the lowest finite value), average

@@ -73,11 +73,9 @@ bool float32_in_bf16() {
 
 // Float32 products of at least kBlockedRows rows whose weight holds at least kBlockedWeight
 // elements take the weight in oneDNN's own blocked layout, reordered on each call (the
-// weight changes every step, so there is nothing to keep). Measured on warm operands, two
-// threads, reorder included: 2048-row products with weights of 128 x 512 and larger take
-// 2-10% less time (forward and input gradient alike), smaller weights (128 x 128, 384 x
-// 128) up to 7% more, and 1024 rows gain nothing; bfloat16 products gain nothing
-// consistent. The float32 GPT small and nanoGPT steps: about 1% and 1.5% shorter.
+// weight changes every step, so there is nothing to keep). The reorder pays for itself only
+// where the product is long and the weight large; smaller products, and bfloat16 ones, keep
+// the plain layout (the measurements: docs/performance-history.md).
 constexpr int64_t kBlockedRows = 2048, kBlockedWeight = 1 << 16;
 
 bool blocked_weights(const MatmulGeom& g, DType t, DType td) {
@@ -144,8 +142,8 @@ void eigen_with(const Tensor& a, const Tensor& w, const Tensor& bias, const Tens
 // at least kShareRows rows, each multiplied on one thread, and the partial products summed
 // as a binary tree over the shares in order. sgemm's own threading splits the result
 // instead, so that every thread reads every row, most of them written by the other
-// thread's share of the op before (in the other core's cache): the float32 GPT small step,
-// 26.8-27.3 -> 23.9-25.6 ms (shares of 512 rows: 24.5-25.7). With more threads than
+// thread's share of the op before (in the other core's cache), where a share's rows are
+// still in the cache of the thread that wrote them. With more threads than
 // shares, each share's result rows are split among them (blocks of at least 16 rows). The
 // shares depend on the shape alone, and sgemm computes an element alike whichever rows it
 // is given, so the result has the same bits for any thread count (tested). The partial
@@ -227,7 +225,7 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
     return run(operand_copy(a, kBFloat16), operand_copy(w, kBFloat16), bias, out, op, act, mul);
   // A weight gradient's product, dY^T X: a transposed and a long inner dimension (the
   // batch's rows). oneDNN's sgemm reads a transposed a as part of its packing, where the
-  // matmul primitive first copies it: bench_matmul's weight_grad rows, 4-9% less time.
+  // matmul primitive first copies it (bench_matmul's weight_grad rows compare the two).
   if (dtype == kFloat32 && out.dtype() == kFloat32 && g.B == 1 && !bias.defined() && act == Activation::None &&
       !mul && !g.a.row_major() && g.K >= 512 &&
       weight_grad_sgemm(g, static_cast<const float*>(a.raw_data()), static_cast<const float*>(w.raw_data()),

@@ -44,8 +44,8 @@ bool begin_step(CpuBackend& be, const OptimizerLists& l, const char* op, bool tw
 // Denormal floats flush to zero (MXCSR's FTZ and DAZ) on the calling thread while it lives,
 // restored after. A parameter whose gradient stays 0 (a Fashion-MNIST pixel that is 0 in
 // every image) has moments that decay geometrically into the denormal range, and every
-// operation on a denormal takes a microcode assist: the trainer's bf16-mixed MLP step
-// grew from 0.78 to 0.89 ms over three epochs without this, and stayed flat with it.
+// operation on a denormal takes a microcode assist, so without this a step grows slower
+// epoch by epoch as more moments decay.
 class FlushDenormals {
  public:
 #if defined(__x86_64__)
@@ -196,8 +196,9 @@ template <class T>
 }
 
 #if defined(__x86_64__)
-// The library is built for baseline x86-64, whose 4-wide vectors made this loop (a
-// division and a square root per element) 15% of the bf16-mixed MLP step on an AVX-512 CPU.
+// The library is built for baseline x86-64, whose 4-wide vectors make this loop (a
+// division and a square root per element) a visible share of a small model's step on an
+// AVX-512 CPU.
 // The file is compiled with -ffp-contract=off, so both variants round alike (CMakeLists.txt).
 template <class T>
 AG_AVX512_TARGET void adam_avx512(const AdamPiece<T>& a) {
@@ -248,8 +249,7 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       // 1 - beta in double: float(1) - float(0.999) is off by 1.3e-5 relative.
       a.omb1 = A(1 - s.beta1), a.omb2 = A(1 - s.beta2);
       // The bias corrections folded into two constants, in double: one division per element
-      // where PyTorch's form has two (divisions and square roots bound the loop: the
-      // float32 MLP step 1.50 -> 1.41 ms).
+      // where PyTorch's form has two (divisions and square roots bound the loop).
       a.eps = A(s.eps * corr[k].bc2_sqrt);
       a.step_size = A(lr_value * corr[k].bc2_sqrt / corr[k].bc1);
       a.decay = s.decoupled ? A(1 - lr_value * s.weight_decay) : A(1);

@@ -11,13 +11,13 @@
 
 namespace ampgrad::cpu {
 
-/// Elements below which an elementwise loop stays on one thread. Picked by measurement
-/// (bench_math's grain rows): an OpenMP region on 2 threads costs about 1.6 us and a float32
-/// add about 0.38 ns per element on one thread, so splitting breaks even near 8,400
-/// elements; the grain is twice that, so going parallel pays for itself.
+/// Elements below which an elementwise loop stays on one thread. Splitting n elements of
+/// per-element cost c over 2 threads saves n c / 2 and costs one OpenMP region, so it breaks
+/// even where n c / 2 equals the region's cost; the grain is about twice the break-even of a
+/// float32 add (bench_math's grain rows measure both), so going parallel pays for itself.
 inline constexpr int64_t kGrain = 16384;
-/// The same for the vector math kernels (cpu/vmath.h): 0.6 (exp) to 5.4 (GELU's erfc) ns per
-/// element break even between 600 and 5,300 elements.
+/// The same for the vector math kernels (cpu/vmath.h), whose per-element cost is several
+/// times an add's, so they break even at fewer elements.
 inline constexpr int64_t kMathGrain = 4096;
 
 template <class F>

@@ -3,7 +3,7 @@
 // precision where its own rounding does not matter), for every instruction set this build
 // has and this CPU runs, over a sweep of float32 bit patterns and the edges (zeros,
 // denormals, FLT_MIN/FLT_MAX, the exp overflow and underflow thresholds, infinities, NaN).
-// The bounds asserted here are the accuracy that docs/architecture.md states.
+// The bounds asserted here are the accuracy that docs/kernels.md states.
 #include <gtest/gtest.h>
 
 #include <ampgrad/ampgrad.h>

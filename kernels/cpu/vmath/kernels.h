@@ -34,8 +34,7 @@ using M = decltype(V{} < V{});
 inline V splat(float x) { return AG_VMATH_SET1(x); }
 // m ? a : b per lane. The vector conditional (GCC, and clang since 13) lets the compiler
 // keep a comparison's mask in a mask register and blend in one instruction on AVX-512;
-// the bitwise form it replaced, (m & a) | (~m & b), cost two per select: bench_math's
-// GELU forward 407 -> 341 us, sigmoid 264 -> 235 us, on one Sapphire Rapids thread.
+// the bitwise form, (m & a) | (~m & b), costs two instructions per select.
 inline V select(M m, V a, V b) { return m ? a : b; }
 inline V vabs(V x) { return select(x < splat(0.0f), -x, x); }
 
@@ -48,8 +47,8 @@ inline V tanh(V x) { return AG_SLEEF(tanh, u10)(x); }
 // polynomial for e^r (as exp_acc in cpu/vec.h, within 1 ulp), with 2^n applied as two
 // factors 2^(n - n/2) and 2^(n/2), each a normal float down to n = -150, so results below
 // FLT_MIN come out as the nearest denormal, not 0. For erfc below: SLEEF's expf is a call,
-// around which every live vector register is spilled; inline, bench_math's GELU forward
-// went from 322 to 268 us.
+// around which every live vector register is spilled, and this loop is bound by its
+// instruction count.
 inline V exp_nonpositive(V x) {
   const V magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
   const V shifted = x * splat(1.44269504088896341f) + magic;
@@ -104,8 +103,8 @@ inline V erfc(V z, V* gauss) {
   const V r = g * p;
   // Near 0, 1 - erf(z) from erf's Taylor series (terms z^(2n+1) (-1)^n / (n! (2n+1)) up to
   // n = 4, below 1e-9 relative for |z| < 0.25) has fewer roundings than the long P(t); past
-  // 0.25, P(t) holds GELU's 4 ulps (test_vmath). Eight terms up to 0.5 made GELU's forward
-  // 191 us in bench_math, these five 180-189.
+  // 0.25, P(t) holds GELU's 4 ulps (test_vmath). Five terms up to 0.25 cost fewer
+  // instructions than eight up to 0.5 would.
   constexpr float kTaylor[] = {1.0f / 216, -1.0f / 42, 1.0f / 10, -1.0f / 3, 1.0f};
   const V z2 = z * z;
   V q = splat(kTaylor[0]);
@@ -187,8 +186,7 @@ inline void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
 // The loops below prefetch their inputs kPrefetch floats (1 KiB) ahead. These functions
 // spend tens of cycles per register, so the hardware's prefetcher, which follows the loads,
 // falls behind when the input is not in this core's cache (a product's result written by
-// the other thread's share): in the float32 GPT step, a third of GELU's samples waited on
-// its load, and the step was about 2% shorter with the prefetch (alternating runs).
+// the other thread's share), and the loop would wait on its loads.
 // (The address is formed as an integer: a pointer past the end of the array would be
 // undefined behaviour, and a prefetch of any address is harmless.)
 constexpr int64_t kPrefetch = 256;

@@ -58,8 +58,8 @@ struct DataLoaderOptions {
   /// an accelerator (the step runs there and the CPU is free), or when the training step's
   /// OpenMP team leaves a hardware thread free for it (omp_get_max_threads() below
   /// std::thread::hardware_concurrency() when the loader is made); not when a CPU step's
-  /// team fills the CPU, because the extra thread then takes its time from the team (an MLP
-  /// epoch on 2 cores ran 25-35% slower with it). Set true for a dataset whose get_batch is
+  /// team fills the CPU, because the extra thread then takes its time from the team's
+  /// barriers (docs/performance-history.md). Set true for a dataset whose get_batch is
   /// costly (decoding).
   std::optional<bool> prefetch;
   /// Hand out batches in pinned host memory (Tensor::pin_memory), from which copies to a
