@@ -695,16 +695,39 @@ TEST(CudaHarness, EveryBackendEntryHasACase) {
   for (const std::string& e : entries) EXPECT_TRUE(covered.count(e)) << "no harness case reaches Backend::" << e;
 }
 
+// The entries whose Backend default is `kind` in core/src/backend.cpp: "missing" (throws
+// "not implemented") or "composed" (calls the entry's *_composed form).
+std::set<std::string> entries_defaulting_to(const std::string& kind) {
+  const std::string src = read_source("core/src/backend.cpp");
+  const std::regex def(R"(\bBackend::(\w+)\([^{]*\{\s*(return\s+)?(AG_MISSING|(\w+)_composed)\()");
+  std::set<std::string> names;
+  for (auto it = std::sregex_iterator(src.begin(), src.end(), def); it != std::sregex_iterator(); ++it) {
+    const bool missing = (*it)[3] == "AG_MISSING";
+    if (kind == "missing" ? missing : (!missing && (*it)[4] == (*it)[1])) names.insert((*it)[1]);
+  }
+  return names;
+}
+
+// The one fallback rule: every primitive entry's default throws, every fused entry's default
+// is its composition, and CUDA declares every primitive entry (a fused one only with a
+// fused form of its own).
 TEST(CudaHarness, CudaBackendDeclaresEveryEntry) {
   const std::string decl = read_source("kernels/cuda/cuda_backend.h");
   ASSERT_FALSE(decl.empty());
-  for (const std::string& e : backend_kernel_entries())
-    EXPECT_TRUE(std::regex_search(decl, std::regex("\\b" + e + "\\([^;]*\\)\\s*override;")))
-        << "CudaBackend does not declare " << e;
+  const std::set<std::string> missing = entries_defaulting_to("missing"), composed = entries_defaulting_to("composed");
+  EXPECT_TRUE(composed.count("attention") && composed.count("conv2d_block") && composed.count("linear_act"))
+      << "the scan of backend.cpp found no composed defaults";
+  for (const std::string& e : backend_kernel_entries()) {
+    EXPECT_NE(missing.count(e) + composed.count(e), 0u)
+        << "Backend::" << e << " neither throws by default nor composes (core/src/backend.cpp)";
+    if (missing.count(e))
+      EXPECT_TRUE(std::regex_search(decl, std::regex("\\b" + e + "\\([^;]*\\)\\s*override;")))
+          << "CudaBackend does not declare " << e;
+  }
   // Declared entries must be defined (the link fails otherwise) and must not fall back to
   // Backend's "not implemented" default.
   for (const char* family :
-       {"backend", "elementwise", "random", "index", "reduce", "norm", "loss", "attention", "blas", "conv", "optim"}) {
+       {"backend", "elementwise", "random", "index", "reduce", "norm", "loss", "blas", "conv", "optim"}) {
     const std::string src = read_source("kernels/cuda/" + std::string(family) + ".cu");
     EXPECT_FALSE(src.empty()) << "kernels/cuda/" << family << ".cu is missing";
     EXPECT_FALSE(std::regex_search(src, std::regex(R"((^|[^A-Za-z_])Backend::[a-z_0-9]+\()")))
