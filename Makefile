@@ -19,7 +19,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
 .PHONY: all deps test-deps build build-lite configure-sanitize build-sanitize build-fuzzers demo test test-sanitize \
-  fuzz bench clean
+  fuzz bench clean format check-format
 
 all: build
 
@@ -106,6 +106,13 @@ fuzz: build-sanitize
 
 bench: build
 	@scripts/bench $(BUILD)
+
+# The C++ lines changed since .clang-format was adopted, in the house style (CI checks them).
+format: deps
+	@scripts/check-format --fix
+
+check-format: deps
+	@scripts/check-format
 
 clean:
 	rm -rf build
