@@ -2,6 +2,8 @@
 // Backend's composed form (core/src/backend.cpp), which materialises the [N, Tq, Tk] scores
 // and probabilities with this backend's matmul (cuBLASLt), elementwise, reduce and
 // softmax_backward kernels, and draws the same dropout mask as the CPU's fused kernel.
+//
+// Reference: kernels/reference/include/ampgrad/reference/attention.h (float64, the specification).
 #include "cuda/cuda_backend.h"
 
 namespace ampgrad::cuda {
