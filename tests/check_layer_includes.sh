@@ -2,9 +2,10 @@
 # The build refuses an include that runs up the layers: each layer's object library compiles
 # with its own headers and those below it only (CMakeLists.txt, AMPGRAD_<layer>_INCLUDES).
 # For each layer, a file including one of its own public headers compiles with that layer's
-# include path, and a file including a header of the layer above it, or another layer's
-# private folder, fails because the header is not found ("No such file" from GCC, "file not
-# found" from Clang).
+# include path, and a file including a header of the layer above it, another layer's private
+# folder, or the reference kernels (kernels/reference, built as ampgrad_reference and passed
+# as the layer "reference", whose path reaches no header of the library) fails because the
+# header is not found ("No such file" from GCC, "file not found" from Clang).
 #
 # Usage: check_layer_includes.sh <c++ compiler> <work-dir> <layer>=<include dirs, :-separated> ...
 set -euo pipefail
@@ -21,14 +22,17 @@ declare -A own=(
   [nn]="ampgrad/optim/optimizer.h"
   [dist]="ampgrad/dist/distributed.h"
   [wrappers]="ampgrad/wrappers/precision.h"
+  [reference]="ampgrad/reference/norm.h"
 )
+# (every layer refuses the reference kernels, which in turn reach nothing of the library)
 declare -A refused=(
-  [core]="ampgrad/autocast/autocast.h cpu/cpu_backend.h"
-  [kernels]="ampgrad/autocast/autocast.h internal.h"
-  [autocast]="ampgrad/optim/optimizer.h internal.h"
-  [nn]="ampgrad/dist/distributed.h ampgrad/wrappers/lite.h"
-  [dist]="ampgrad/nn/module.h ampgrad/wrappers/lite.h"
-  [wrappers]="internal.h cpu/cpu_backend.h"
+  [core]="ampgrad/autocast/autocast.h cpu/cpu_backend.h ampgrad/reference/norm.h"
+  [kernels]="ampgrad/autocast/autocast.h internal.h ampgrad/reference/norm.h"
+  [autocast]="ampgrad/optim/optimizer.h internal.h ampgrad/reference/norm.h"
+  [nn]="ampgrad/dist/distributed.h ampgrad/wrappers/lite.h ampgrad/reference/norm.h"
+  [dist]="ampgrad/nn/module.h ampgrad/wrappers/lite.h ampgrad/reference/norm.h"
+  [wrappers]="internal.h cpu/cpu_backend.h ampgrad/reference/norm.h"
+  [reference]="ampgrad/tensor.h cpu/cpu_backend.h"
 )
 
 compile() {  # compile <include flags...> -- <header>

@@ -307,6 +307,7 @@ void composed_bmm(Backend& be, const Tensor& a, const Tensor& b, const Tensor& o
 
 }  // namespace
 
+// Reference: kernels/reference/src/attention.cpp (what CUDA's attention computes, through this).
 void Backend::attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                  const AttentionParams& p, const Tensor& out, const Tensor& lse) {
   const AttentionSizes d(q, k, v);

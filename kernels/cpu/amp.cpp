@@ -6,6 +6,8 @@
 // float in chunks of kChunk and written back. Each parallel_for range keeps its own flag;
 // ranges that saw a non-finite value store true into one atomic (a relaxed store of the
 // same value from several threads is race-free), and the flag tensor is written once.
+//
+// Reference: kernels/reference/include/ampgrad/reference/grad_scaler.h (float64, the specification).
 #include <algorithm>
 #include <atomic>
 #include <bit>

@@ -32,6 +32,8 @@
 // (b, i, j) from Philox counter offset + (b * Tq + i) * Tk + j in both directions
 // (AttentionParams), so the backward regenerates the forward's mask and nothing
 // [Tq, Tk]-sized is saved.
+//
+// Reference: kernels/reference/include/ampgrad/reference/attention.h (float64, the specification).
 #include <algorithm>
 #include <cassert>
 #include <cmath>

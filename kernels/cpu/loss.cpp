@@ -17,6 +17,8 @@
 // A bad target (neither ignore_index nor in [0, C)) cannot throw inside the parallel
 // region: threads record the lowest bad position, and the kernel throws for it after the
 // region, so the message names the first bad target in order.
+//
+// Reference: kernels/reference/include/ampgrad/reference/loss.h (float64, the specification).
 #include <algorithm>
 #include <atomic>
 #include <cmath>

@@ -16,6 +16,9 @@
 // float16/bfloat16 are computed in float32 throughout. Layer norm's row loops are compiled
 // for the baseline and for AVX-512 (see "layer norm's rows" below); float rows are read
 // and written in place, 16-bit ones widened per row.
+//
+// Reference: kernels/reference/include/ampgrad/reference/softmax.h and
+//   kernels/reference/include/ampgrad/reference/norm.h (float64, the specification).
 #include <array>
 #include <cmath>
 #include <limits>

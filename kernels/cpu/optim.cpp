@@ -4,6 +4,8 @@
 // The update is computed in float32 (float64 for float64 parameters) following PyTorch's
 // documented rules; a float32 master copy, when given, is updated and the parameter
 // receives its rounding.
+//
+// Reference: kernels/reference/include/ampgrad/reference/optim.h (float64, the specification).
 #include <algorithm>
 #include <cmath>
 #include <vector>

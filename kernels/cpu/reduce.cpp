@@ -22,6 +22,8 @@
 // compensated across chunks. Var and LogSumExp take two passes (mean or max first). Max
 // and Min propagate NaN; ArgMax/ArgMin and max_min_dim return the first extreme's index
 // (a NaN counts as the extreme), as a flat row-major index over the reduced dims.
+//
+// Reference: kernels/reference/include/ampgrad/reference/reduce.h (float64, the specification).
 #include <cmath>
 #include <limits>
 #include <memory>

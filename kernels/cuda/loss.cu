@@ -15,6 +15,8 @@
 // kernel reports it into the device error slot (op cross_entropy, raised at the next host
 // wait, backend.cu) and writes NaN there; backward takes no class off for it. Ignored
 // positions get loss 0 and a zero gradient row.
+//
+// Reference: kernels/reference/include/ampgrad/reference/loss.h (float64, the specification).
 #include <algorithm>
 #include <cmath>
 #include <limits>

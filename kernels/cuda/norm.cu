@@ -16,6 +16,9 @@
 // of 32 columns sum chunks of rows into a temporary [chunks, inner] tensor, and a second
 // kernel adds the chunks in order. Every reduction is a fixed tree whose shape depends
 // only on the tensor's shape, without atomics, so results are deterministic.
+//
+// Reference: kernels/reference/include/ampgrad/reference/softmax.h and
+//   kernels/reference/include/ampgrad/reference/norm.h (float64, the specification).
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -8,6 +8,9 @@
 // as PyTorch's multi_tensor_apply does. A step over the GPT's ~50 parameters is a handful
 // of launches, not one per parameter. The update rules are those of kernels/cpu/optim.cpp
 // and amp.cpp, in the same order of operations, in float32 (float64 for float64).
+//
+// Reference: kernels/reference/include/ampgrad/reference/optim.h and
+//   kernels/reference/include/ampgrad/reference/grad_scaler.h (float64, the specification).
 #include <algorithm>
 #include <cmath>
 #include <vector>

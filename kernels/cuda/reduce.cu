@@ -23,6 +23,8 @@
 // max_min_dim return the first extreme's index (a NaN counts as the extreme), as a flat
 // row-major index over the reduced dims. Empty reductions give what the CPU gives: 0 for
 // sums, NaN for Mean, the identity (-inf for a floating max) for extrema, index -1.
+//
+// Reference: kernels/reference/include/ampgrad/reference/reduce.h (float64, the specification).
 #include <algorithm>
 #include <cmath>
 #include <limits>

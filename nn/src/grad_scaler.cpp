@@ -2,6 +2,8 @@
 // device (see the header and docs/grad-scaler.md). Per iteration: one scale_and_check call
 // per optimizer and device, the optimizers' fused steps that skip themselves on the
 // device, and one update_scale call; nothing is read back.
+//
+// Reference: kernels/reference/include/ampgrad/reference/grad_scaler.h (float64, the specification).
 #include "ampgrad/optim/grad_scaler.h"
 
 #include <algorithm>

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ampgrad/reference/grad_scaler.h"
 #include "support/testing.h"
 
 namespace {
@@ -437,6 +438,10 @@ TEST(GradScalerKernel, UnscaleAndCheckEveryDtype) {
     EXPECT_EQ(found.item<float>(), 0.0f);
     const std::vector<float> got = g.to_vector<float>();
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], v[i] / 8) << "element " << i;
+    // the reference (scale 8, its reciprocal the kernel's factor) agrees exactly here
+    std::vector<double> want(v.begin(), v.end());
+    EXPECT_FALSE(ampgrad::reference::unscale_and_check(want, 8));
+    EXPECT_TRUE(agt::allclose(g, ag::from_vector(want, {n}), 0, 0));
 
     for (float bad : {kInf, -kInf, kNaN}) {
       for (int64_t at : {int64_t(0), n / 2 + 7, n - 1}) {
@@ -447,6 +452,8 @@ TEST(GradScalerKernel, UnscaleAndCheckEveryDtype) {
         ag::Tensor f = ag::zeros({1}, ag::kFloat32);
         unscale(h, 0.5, f);
         EXPECT_EQ(f.item<float>(), 1.0f);
+        std::vector<double> want(w.begin(), w.end());
+        EXPECT_TRUE(ampgrad::reference::unscale_and_check(want, 2));
         EXPECT_EQ(h.to_vector<float>()[at == 0 ? 1 : 0], 0.5f);  // still unscaled
       }
     }
@@ -464,6 +471,8 @@ TEST(GradScalerKernel, LargeFiniteValuesAreNotOverflow) {
   unscale(g, 2.0, f);
   EXPECT_EQ(f.item<float>(), 0.0f);
   EXPECT_EQ(g.to_vector<float>()[0], kInf);  // the product overflows; the input did not
+  std::vector<double> want(3, double(std::numeric_limits<float>::max()));
+  EXPECT_FALSE(ampgrad::reference::unscale_and_check(want, 0.5));  // the reference's rule too
   EXPECT_AG_ERROR(unscale(g, 1.0, ag::zeros({2}, ag::kFloat32)),
                   "[scale_and_check] found_inf must be a float32 tensor of one element");
   EXPECT_AG_ERROR(unscale(ag::ones({2}, ag::kInt32), 1.0, f),
@@ -540,17 +549,10 @@ TEST(GradScalerTraining, Float16MlpSkipsThePoisonedStep) {
 // ---- PyTorch's sequence, on the device, through a checkpoint ------------------------------
 
 namespace {
-// PyTorch's _amp_update_scale_, written out: the reference for the device kernel.
+// PyTorch's _amp_update_scale_ (no floor, no cap): the float64 reference for the device kernel.
 void torch_update(double& scale, int64_t& tracker, bool found_inf, double growth, double backoff, int64_t interval) {
-  if (found_inf) {
-    scale *= backoff;
-    tracker = 0;
-  } else if (tracker + 1 == interval) {
-    scale *= growth;
-    tracker = 0;
-  } else {
-    ++tracker;
-  }
+  ampgrad::reference::update_scale(scale, tracker, found_inf,
+                                   {.growth_factor = growth, .backoff_factor = backoff, .growth_interval = interval});
 }
 }  // namespace
 

@@ -2,6 +2,8 @@
 // the same architecture composed by hand from frontend ops in float64, TransformerBlock and
 // GPT against plain float64 loops (no ampgrad ops), the GPT loss's gradient against finite
 // differences, and GPT::generate run past block_size against a greedy decode of our own.
+#include "ampgrad/reference/attention.h"
+#include "ampgrad/reference/norm.h"
 #include "support/testing.h"
 
 #include <algorithm>
@@ -40,22 +42,6 @@ Vec linear_ref(const Vec& x, int64_t rows, int64_t in, int64_t out, const Vec& w
   return y;
 }
 
-// Layer norm of each row of [rows, C]: biased variance, eps 1e-5, then * w + b.
-Vec layer_norm_ref(const Vec& x, int64_t rows, int64_t C, const Vec& w, const Vec& b) {
-  Vec y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* row = &x[size_t(r * C)];
-    double mean = 0, var = 0;
-    for (int64_t c = 0; c < C; ++c) mean += row[c];
-    mean /= double(C);
-    for (int64_t c = 0; c < C; ++c) var += (row[c] - mean) * (row[c] - mean);
-    var /= double(C);
-    const double inv = 1.0 / std::sqrt(var + 1e-5);
-    for (int64_t c = 0; c < C; ++c) y[size_t(r * C + c)] = (row[c] - mean) * inv * w[size_t(c)] + b[size_t(c)];
-  }
-  return y;
-}
-
 // One pre-norm block on x [B, T, C] with H heads; its parameters are p[prefix + name].
 Vec block_ref(const Vec& x, int64_t B, int64_t T, int64_t C, int64_t H, const Params& p,
               const std::string& prefix) {
@@ -63,35 +49,34 @@ Vec block_ref(const Vec& x, int64_t B, int64_t T, int64_t C, int64_t H, const Pa
   const int64_t N = B * T, D = C / H;
   // causal self-attention on ln1(x); q, k, v are the three C-wide thirds of qkv's output,
   // and head h owns columns [h*D, (h+1)*D) of each
-  const Vec a = layer_norm_ref(x, N, C, at("ln1.weight"), at("ln1.bias"));
+  const Vec a = ampgrad::reference::layer_norm(x, N, C, at("ln1.weight"), at("ln1.bias"), 1e-5);
   const Vec qkv = linear_ref(a, N, C, 3 * C, at("attn.qkv.weight"), &at("attn.qkv.bias"));
   auto q = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return qkv[size_t((b * T + t) * 3 * C + h * D + d)]; };
   auto k = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return qkv[size_t((b * T + t) * 3 * C + C + h * D + d)]; };
   auto v = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return qkv[size_t((b * T + t) * 3 * C + 2 * C + h * D + d)]; };
-  Vec y(size_t(N * C), 0.0);
+  // each head's q, k, v as [B * H, T, D], through the float64 reference, and back
+  Vec qh(size_t(N * C)), kh(size_t(N * C)), vh(size_t(N * C));
+  auto head_major = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return size_t(((b * H + h) * T + t) * D + d); };
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < T; ++i) {
-        Vec s(size_t(i + 1));  // position i sees 0..i
-        double mx = -INFINITY, z = 0;
-        for (int64_t j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q(b, i, h, d) * k(b, j, h, d);
-          s[size_t(j)] = dot / std::sqrt(double(D));
-          mx = std::max(mx, s[size_t(j)]);
-        }
-        for (auto& e : s) z += (e = std::exp(e - mx));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
         for (int64_t d = 0; d < D; ++d) {
-          double acc = 0;
-          for (int64_t j = 0; j <= i; ++j) acc += s[size_t(j)] / z * v(b, j, h, d);
-          y[size_t((b * T + i) * C + h * D + d)] = acc;
+          qh[head_major(b, t, h, d)] = q(b, t, h, d);
+          kh[head_major(b, t, h, d)] = k(b, t, h, d);
+          vh[head_major(b, t, h, d)] = v(b, t, h, d);
         }
-      }
+  const Vec yh = ampgrad::reference::attention(qh, kh, vh, {B * H, T, T, D, D},
+                                               {.scale = 1 / std::sqrt(double(D)), .causal = true});
+  Vec y(size_t(N * C));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) y[size_t((b * T + t) * C + h * D + d)] = yh[head_major(b, t, h, d)];
   const Vec att = linear_ref(y, N, C, C, at("attn.proj.weight"), &at("attn.proj.bias"));
   Vec out(x);
   for (size_t i = 0; i < out.size(); ++i) out[i] += att[i];
   // MLP on ln2(out): Linear(C, 4C), exact GELU, Linear(4C, C)
-  const Vec m = layer_norm_ref(out, N, C, at("ln2.weight"), at("ln2.bias"));
+  const Vec m = ampgrad::reference::layer_norm(out, N, C, at("ln2.weight"), at("ln2.bias"), 1e-5);
   Vec u = linear_ref(m, N, C, 4 * C, at("mlp.0.weight"), &at("mlp.0.bias"));
   for (auto& e : u) e = agt::ref_gelu(e);
   const Vec mlp = linear_ref(u, N, 4 * C, C, at("mlp.2.weight"), &at("mlp.2.bias"));
@@ -109,7 +94,7 @@ Vec gpt_ref(const std::vector<int64_t>& idx, int64_t B, int64_t T, const nn::GPT
       for (int64_t e = 0; e < C; ++e)
         h[size_t((b * T + t) * C + e)] = tok[size_t(idx[size_t(b * T + t)] * C + e)] + pos[size_t(t * C + e)];
   for (int64_t l = 0; l < c.layers; ++l) h = block_ref(h, B, T, C, c.heads, p, "block" + std::to_string(l) + ".");
-  h = layer_norm_ref(h, B * T, C, p.at("ln_f.weight"), p.at("ln_f.bias"));
+  h = ampgrad::reference::layer_norm(h, B * T, C, p.at("ln_f.weight"), p.at("ln_f.bias"), 1e-5);
   return linear_ref(h, B * T, C, c.vocab_size, p.at("head.weight"), nullptr);
 }
 

@@ -1,5 +1,7 @@
 // Module bookkeeping (names, buffers, modes, conversion, state dicts) and each layer's
 // output against values computed by hand or by direct loops.
+#include "ampgrad/reference/attention.h"
+#include "ampgrad/reference/norm.h"
 #include "support/testing.h"
 
 #include <algorithm>
@@ -543,18 +545,7 @@ TEST(LayerNorm, MatchesDirectComputation) {
     set_values(ln.bias, b);
     Tensor x = rand({2, 3, 4}) * 4.0 - 1.0;
     const auto xv = x.to_vector<double>();
-    std::vector<double> ref(xv.size());
-    for (size_t r = 0; r < xv.size() / size_t(n); ++r) {
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < n; ++i) mean += xv[r * size_t(n) + size_t(i)];
-      mean /= double(n);
-      for (int64_t i = 0; i < n; ++i) var += std::pow(xv[r * size_t(n) + size_t(i)] - mean, 2);
-      var /= double(n);
-      for (int64_t i = 0; i < n; ++i) {
-        const size_t k = r * size_t(n) + size_t(i);
-        ref[k] = (xv[k] - mean) / std::sqrt(var + 1e-5) * w[size_t(i)] + b[size_t(i)];
-      }
-    }
+    const std::vector<double> ref = ampgrad::reference::layer_norm(xv, int64_t(xv.size()) / n, n, w, b, 1e-5);
     EXPECT_TRUE(agt::allclose(ln.forward(x), from_vector<double>(ref, {2, 3, 4}), 1e-5, 1e-5))
         << "normalized_shape " << shape.size() << " dims";
   }
@@ -588,7 +579,7 @@ TEST(LayerAttention, MatchesReferenceAndIsCausal) {
   Tensor y = attn.forward(x);
   ASSERT_EQ(y.sizes(), (std::vector<int64_t>{B, T, C}));
 
-  // reference in double with plain loops
+  // reference in double: plain loops for the projections, the float64 attention reference
   const auto xv = x.to_vector<double>();
   const auto wq = attn.qkv->weight.to_vector<double>(), bq = attn.qkv->bias.to_vector<double>();
   const auto wp = attn.proj->weight.to_vector<double>(), bp = attn.proj->bias.to_vector<double>();
@@ -601,25 +592,20 @@ TEST(LayerAttention, MatchesReferenceAndIsCausal) {
         for (int64_t i = 0; i < C; ++i) s += xv[size_t((b * T + t) * C + i)] * wq[size_t(o * C + i)];
         qkv[size_t(t * 3 * C + o)] = s;
       }
-    std::vector<double> att_out(size_t(T * C));
+    // the heads' q, k, v as [H, T, D], through the float64 reference, merged back to [T, C]
+    std::vector<double> qh(size_t(T * C)), kh(size_t(T * C)), vh(size_t(T * C)), att_out(size_t(T * C));
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t t = 0; t < T; ++t) {
-        std::vector<double> sc(size_t(t + 1));
-        double mx = -1e300;
-        for (int64_t u = 0; u <= t; ++u) {
-          double s = 0;
-          for (int64_t d = 0; d < D; ++d) s += qkv[size_t(t * 3 * C + h * D + d)] * qkv[size_t(u * 3 * C + C + h * D + d)];
-          sc[size_t(u)] = s / std::sqrt(double(D));
-          mx = std::max(mx, sc[size_t(u)]);
-        }
-        double z = 0;
-        for (auto& s : sc) z += (s = std::exp(s - mx));
+      for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < D; ++d) {
-          double s = 0;
-          for (int64_t u = 0; u <= t; ++u) s += sc[size_t(u)] / z * qkv[size_t(u * 3 * C + 2 * C + h * D + d)];
-          att_out[size_t(t * C + h * D + d)] = s;
+          qh[size_t((h * T + t) * D + d)] = qkv[size_t(t * 3 * C + h * D + d)];
+          kh[size_t((h * T + t) * D + d)] = qkv[size_t(t * 3 * C + C + h * D + d)];
+          vh[size_t((h * T + t) * D + d)] = qkv[size_t(t * 3 * C + 2 * C + h * D + d)];
         }
-      }
+    const std::vector<double> yh = ampgrad::reference::attention(
+        qh, kh, vh, {H, T, T, D, D}, {.scale = 1 / std::sqrt(double(D)), .causal = true});
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d) att_out[size_t(t * C + h * D + d)] = yh[size_t((h * T + t) * D + d)];
     for (int64_t t = 0; t < T; ++t)
       for (int64_t o = 0; o < C; ++o) {
         double s = bp[size_t(o)];

@@ -1,6 +1,8 @@
-// Optimizers against references computed here in double from PyTorch's documented update
-// rules (torch.optim.SGD / Adam / AdamW pseudo-code), parameter groups, float32 state and
-// master weights for 16-bit parameters, state dict round trips and argument errors.
+// Optimizers against the float64 references of PyTorch's documented update rules
+// (kernels/reference: torch.optim.SGD / Adam / AdamW pseudo-code), parameter groups,
+// float32 state and master weights for 16-bit parameters, state dict round trips and
+// argument errors.
+#include "ampgrad/reference/optim.h"
 #include "support/testing.h"
 
 #include <cmath>
@@ -27,45 +29,22 @@ void set_grad(const Tensor& p, const Vec& g) { p.set_grad(from_vector<double>(g,
 // The values the float32 parameter actually starts from.
 Vec start_values(const Tensor& p) { return p.to_vector<double>(); }
 
+// The float64 references (ampgrad/reference/optim.h) with their state, stepping a vector.
 struct SgdRef {
   double lr, momentum = 0, dampening = 0, wd = 0;
   bool nesterov = false;
-  Vec buf;
-  int t = 0;
-  void step(Vec& p, Vec g) {
-    ++t;
-    if (t == 1) buf.assign(p.size(), 0);
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (wd != 0) g[i] += wd * p[i];
-      if (momentum != 0) {
-        buf[i] = t > 1 ? momentum * buf[i] + (1 - dampening) * g[i] : g[i];
-        g[i] = nesterov ? g[i] + momentum * buf[i] : buf[i];
-      }
-      p[i] -= lr * g[i];
-    }
+  ampgrad::reference::SgdState state;
+  void step(Vec& p, const Vec& g) {
+    ampgrad::reference::sgd_step(p, g, state, {lr, momentum, dampening, wd, nesterov});
   }
 };
 
 struct AdamRef {
   double lr, b1, b2, eps, wd;
   bool decoupled;
-  Vec m, v;
-  int t = 0;
-  void step(Vec& p, Vec g) {
-    ++t;
-    if (m.empty()) m.assign(p.size(), 0), v.assign(p.size(), 0);
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (decoupled) {
-        p[i] *= 1 - lr * wd;
-      } else if (wd != 0) {
-        g[i] += wd * p[i];
-      }
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      const double mhat = m[i] / (1 - std::pow(b1, t));
-      const double vhat = v[i] / (1 - std::pow(b2, t));
-      p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
-    }
+  ampgrad::reference::AdamState state;
+  void step(Vec& p, const Vec& g) {
+    ampgrad::reference::adam_step(p, g, state, {lr, b1, b2, eps, wd, decoupled});
   }
 };
 

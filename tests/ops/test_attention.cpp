@@ -1,11 +1,12 @@
-// scaled_dot_product_attention (ops/nn.h): values against float64 loops written out here
-// (causal, bool and float masks, Tq != Tk, Dv != D, lengths around and beyond the kernel's
-// 64-wide tiles), float64 gradchecks, the 16-bit dtypes against float64, rows that see no
-// key, dropout (reproducible, its keep rate, the documented Philox rule, the same mask in
-// backward), the error messages, Backend's composed form (what CUDA runs) against the CPU
-// kernel, CausalSelfAttention against the five-op formula it replaced, and each
-// instruction-set variant (hw::set_kernel_isa) in float32 and bfloat16 against float64,
-// head sizes over 256 included.
+// scaled_dot_product_attention (ops/nn.h): values and float64 gradients against the
+// float64 reference (kernels/reference: causal, bool and float masks, Tq != Tk, Dv != D,
+// lengths around and beyond the kernel's 64-wide tiles), float64 gradchecks, the 16-bit
+// dtypes against float64, rows that see no key, dropout (reproducible, its keep rate, the
+// documented Philox rule, the same mask in backward), the error messages, Backend's
+// composed form (what CUDA runs) against the CPU kernel, CausalSelfAttention against the
+// five-op formula it replaced, and each instruction-set variant (hw::set_kernel_isa) in
+// float32 and bfloat16 against float64, head sizes over 256 included.
+#include "ampgrad/reference/attention.h"
 #include "support/testing.h"
 
 #include <cmath>
@@ -38,37 +39,36 @@ std::vector<double> additive_values(const Tensor& mask, const std::vector<int64_
   return v;
 }
 
-// softmax(scale q k^T + mask) v in float64 loops over the flattened batch, with the causal
-// rule (key j visible to query i when j <= i) and, when given, a dropout factor per score;
-// a row that sees no key gives 0.
+// The float64 reference's shape and options for q, k, v (batch dims flattened), with the
+// additive mask and dropout factors as flat vectors that must outlive the options.
+ampgrad::reference::AttentionShape ref_shape(const Tensor& q, const Tensor& k, const Tensor& v) {
+  int64_t B = 1;
+  for (int64_t i = 0; i + 2 < q.dim(); ++i) B *= q.size(i);
+  return {B, q.size(-2), k.size(-2), q.size(-1), v.size(-1)};
+}
+
+// softmax(scale q k^T + mask) v by the float64 reference, with the causal rule (key j
+// visible to query i when j <= i) and, when given, a dropout factor per score; a row that
+// sees no key gives 0.
 Tensor ref_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
                      double scale, const std::vector<double>& drop = {}) {
-  const int64_t Tq = q.size(-2), Tk = k.size(-2), D = q.size(-1), Dv = v.size(-1);
-  int64_t N = 1;
-  for (int64_t i = 0; i + 2 < q.dim(); ++i) N *= q.size(i);
-  const auto qv = q.to_vector<double>(), kv = k.to_vector<double>(), vv = v.to_vector<double>();
-  const auto mv = additive_values(mask, scores_shape(q, k));
-  std::vector<double> out(size_t(N * Tq * Dv), 0.0), s(static_cast<size_t>(Tk), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < Tq; ++i) {
-      double mx = -kInf;
-      for (int64_t j = 0; j < Tk; ++j) {
-        double dot = 0;
-        for (int64_t c = 0; c < D; ++c) dot += qv[size_t((n * Tq + i) * D + c)] * kv[size_t((n * Tk + j) * D + c)];
-        s[size_t(j)] = causal && j > i ? -kInf : scale * dot + mv[size_t((n * Tq + i) * Tk + j)];
-        mx = std::max(mx, s[size_t(j)]);
-      }
-      if (mx == -kInf) continue;  // sees no key: 0
-      double z = 0;
-      for (int64_t j = 0; j < Tk; ++j) z += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
-      for (int64_t j = 0; j < Tk; ++j) {
-        const double p = s[size_t(j)] / z * (drop.empty() ? 1.0 : drop[size_t((n * Tq + i) * Tk + j)]);
-        for (int64_t c = 0; c < Dv; ++c) out[size_t((n * Tq + i) * Dv + c)] += p * vv[size_t((n * Tk + j) * Dv + c)];
-      }
-    }
+  const std::vector<double> mv = additive_values(mask, scores_shape(q, k));
+  const std::vector<double> out = ampgrad::reference::attention(
+      q.to_vector<double>(), k.to_vector<double>(), v.to_vector<double>(), ref_shape(q, k, v),
+      {.scale = scale, .causal = causal, .mask = mv, .dropout = drop});
   std::vector<int64_t> shape = q.sizes().vec();
-  shape.back() = Dv;
+  shape.back() = v.size(-1);
   return from_vector(out, shape);
+}
+
+// {dq, dk, dv} of ref_attention for the incoming gradient go, by the float64 reference.
+TL ref_attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& go, const Tensor& mask,
+                       bool causal, double scale) {
+  const std::vector<double> mv = additive_values(mask, scores_shape(q, k));
+  const auto g = ampgrad::reference::attention_backward(q.to_vector<double>(), k.to_vector<double>(),
+                                                        v.to_vector<double>(), go.to_vector<double>(),
+                                                        ref_shape(q, k, v), {.scale = scale, .causal = causal, .mask = mv});
+  return {from_vector(g.dq, q.sizes().vec()), from_vector(g.dk, k.sizes().vec()), from_vector(g.dv, v.sizes().vec())};
 }
 
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, bool causal = false, const Tensor& mask = Tensor(),
@@ -152,6 +152,14 @@ TEST(Attention, MatchesFloat64LoopsAcrossShapesAndMasks) {
     if (q.dim() >= 3)
       EXPECT_TRUE(agt::allclose(sdpa(agt::non_contiguous(q), agt::non_contiguous(k), agt::non_contiguous(v), causal, mask),
                                 ref, 1e-10, 1e-12));
+    // the float64 gradients against the reference's backward
+    TL in;
+    for (const Tensor& t : {q, k, v}) in.push_back(t.detach().requires_grad_());
+    const Tensor go = randf(with(pb.batch, pb.Tq, pb.Dv), kFloat64);
+    sdpa(in[0], in[1], in[2], causal, mask).backward(go);
+    const TL want = ref_attention_grads(q, k, v, go, mask, causal, 1 / std::sqrt(double(pb.D)));
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_TRUE(agt::allclose(in[i].grad(), want[i], 1e-10, 1e-12)) << "gradient " << i << " (0-2: dq, dk, dv)";
   }
 }
 

@@ -1,12 +1,14 @@
 // Losses: cross_entropy, nll_loss, mse_loss and binary_cross_entropy_with_logits against
-// double loops (every reduction, ignore_index, label smoothing, spatial targets, soft
-// targets), numerical stability, 16-bit logits against float32 and against the double
-// loops, gradients by finite differences and (cross_entropy's fused kernels) against the
-// loop formula, the error messages, and each instruction-set variant of cross entropy's
-// rows (hw::set_kernel_isa) against the loops, forward and backward.
+// the float64 reference (kernels/reference: every reduction, ignore_index, label smoothing,
+// spatial targets) and the frontend ops (soft targets), numerical stability, 16-bit logits
+// against float32 and against the reference, gradients by finite differences and
+// (cross_entropy's fused kernels) against the reference's backward, the error messages,
+// and each instruction-set variant of cross entropy's rows (hw::set_kernel_isa) against the
+// reference, forward and backward.
 #include <cmath>
 #include <limits>
 
+#include "ampgrad/reference/loss.h"
 #include "support/testing.h"
 
 namespace {
@@ -14,62 +16,45 @@ namespace {
 using ag::Reduction;
 using ag::Tensor;
 
-// Cross entropy in double loops: logits [N, C, S...] (or [C]), class targets [N, S...].
-// From log-probabilities when `from_log_probs` (nll_loss).
+namespace ref = ampgrad::reference;
+
+// The [N, C, S] view of logits [N, C, S...] (or [C]).
+struct NCS {
+  int64_t N, C, S;
+};
+NCS ncs_of(const Tensor& logits) {
+  const bool unbatched = logits.dim() == 1;
+  const int64_t N = unbatched ? 1 : logits.size(0), C = logits.size(unbatched ? 0 : 1);
+  return {N, C, logits.numel() / (N * C)};
+}
+
+ref::Reduction ref_reduction(Reduction r) {
+  return r == Reduction::None ? ref::Reduction::None : r == Reduction::Sum ? ref::Reduction::Sum : ref::Reduction::Mean;
+}
+
+// Cross entropy by the float64 reference: logits [N, C, S...] (or [C]), class targets
+// [N, S...]. From log-probabilities when `from_log_probs` (nll_loss).
 Tensor ref_cross_entropy(const Tensor& logits, const Tensor& target, Reduction red, int64_t ignore,
                          double smoothing, bool from_log_probs = false) {
   const auto x = logits.to_vector<double>();
   const auto t = target.to_vector<int64_t>();
-  const bool unbatched = logits.dim() == 1;
-  const int64_t N = unbatched ? 1 : logits.size(0), C = logits.size(unbatched ? 0 : 1);
-  const int64_t S = int64_t(x.size()) / (N * C);
-  std::vector<double> loss(size_t(N * S), 0.0);
-  double total = 0, count = 0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t tg = t[size_t(n * S + s)];
-      if (tg == ignore) continue;
-      auto at = [&](int64_t c) { return x[size_t((n * C + c) * S + s)]; };
-      double lse = 0;
-      if (!from_log_probs) {
-        double m = -INFINITY, z = 0;
-        for (int64_t c = 0; c < C; ++c) m = std::max(m, at(c));
-        for (int64_t c = 0; c < C; ++c) z += std::exp(at(c) - m);
-        lse = m + std::log(z);
-      }
-      double smooth = 0;
-      for (int64_t c = 0; c < C; ++c) smooth += lse - at(c);
-      const double l = (1 - smoothing) * (lse - at(tg)) + smoothing * smooth / double(C);
-      loss[size_t(n * S + s)] = l;
-      total += l;
-      count += 1;
-    }
-  if (red == Reduction::Sum) return ag::scalar_tensor(total, ag::kFloat64);
-  if (red == Reduction::Mean) return ag::scalar_tensor(total / count, ag::kFloat64);
-  return ag::from_vector<double>(loss, target.sizes().vec());
+  const auto [N, C, S] = ncs_of(logits);
+  const std::vector<double> loss = from_log_probs ? ref::nll_loss(x, t, N, C, S, ignore)
+                                                  : ref::cross_entropy(x, t, N, C, S, {ignore, smoothing});
+  const std::vector<double> out = ref::reduce_loss(loss, t, ignore, ref_reduction(red));
+  if (red != Reduction::None) return ag::scalar_tensor(out[0], ag::kFloat64);
+  return ag::from_vector<double>(out, target.sizes().vec());
 }
 
-// d(sum of per-position losses)/d logits in double loops: softmax - (1 - ls) onehot - ls / C,
-// zero for ignored positions. Same layouts as ref_cross_entropy.
+// d(sum of per-position losses)/d logits by the float64 reference: softmax - (1 - ls)
+// onehot - ls / C, zero for ignored positions. Same layouts as ref_cross_entropy.
 Tensor ref_cross_entropy_grad(const Tensor& logits, const Tensor& target, int64_t ignore, double smoothing) {
   const auto x = logits.to_vector<double>();
   const auto t = target.to_vector<int64_t>();
-  const bool unbatched = logits.dim() == 1;
-  const int64_t N = unbatched ? 1 : logits.size(0), C = logits.size(unbatched ? 0 : 1);
-  const int64_t S = int64_t(x.size()) / (N * C);
-  std::vector<double> g(x.size(), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t tg = t[size_t(n * S + s)];
-      if (tg == ignore) continue;
-      auto at = [&](int64_t c) { return size_t((n * C + c) * S + s); };
-      double m = -INFINITY, z = 0;
-      for (int64_t c = 0; c < C; ++c) m = std::max(m, x[at(c)]);
-      for (int64_t c = 0; c < C; ++c) z += std::exp(x[at(c)] - m);
-      for (int64_t c = 0; c < C; ++c)
-        g[at(c)] = std::exp(x[at(c)] - m) / z - (c == tg ? 1 - smoothing : 0.0) - smoothing / double(C);
-    }
-  return ag::from_vector<double>(g, logits.sizes().vec());
+  const auto [N, C, S] = ncs_of(logits);
+  const std::vector<double> ones(t.size(), 1.0);
+  return ag::from_vector<double>(ref::cross_entropy_backward(x, t, ones, N, C, S, {ignore, smoothing}),
+                                 logits.sizes().vec());
 }
 
 Tensor random_targets(const std::vector<int64_t>& shape, int64_t C, int64_t ignore = -100, double p_ignore = 0) {
@@ -191,7 +176,7 @@ TEST(LossTest, CrossEntropyGradcheck) {
 
 // The fused kernels (Backend::cross_entropy / cross_entropy_backward) on both of their
 // layouts, rows (inner == 1, including rows longer than one 256-element chunk) and blocks of
-// positions (inner > 1, including a partial block), against the double loops.
+// positions (inner > 1, including a partial block), against the reference.
 TEST(LossTest, CrossEntropyFusedAgainstLoops) {
   ag::manual_seed(28);
   struct S {
@@ -212,7 +197,7 @@ TEST(LossTest, CrossEntropyFusedAgainstLoops) {
         EXPECT_TRUE(agt::allclose(ag::cross_entropy(x32, t, r, -100, smoothing),
                                   ref_cross_entropy(x32.to(ag::kFloat64), t, r, -100, smoothing), 1e-5, 1e-5));
         if (r != Reduction::Sum) continue;
-        // the gradient of the summed loss against the loop formula, float64 and float32
+        // the gradient of the summed loss against the reference, float64 and float32
         for (ag::DType dt : {ag::kFloat64, ag::kFloat32}) {
           Tensor xg = x.to(dt).detach().requires_grad_();
           ag::cross_entropy(xg, t, r, -100, smoothing).backward();
@@ -445,7 +430,7 @@ TEST(LossTest, Errors) {
 // Cross entropy's rows (classes innermost; float32, and 16-bit logits widened to float) have
 // an AVX-512 variant and the baseline one (loss.cpp); each level this CPU runs is forced in
 // turn. Per-position losses and the gradient for a random incoming gradient per position
-// against the double loops on the same rounded logits, and against the baseline variant
+// against the reference on the same rounded logits, and against the baseline variant
 // bit for bit (the variants do the same arithmetic). Class counts go around the 16-lane
 // vectors and the 256-logit chunks of the exponentials; a quarter of the targets ignored.
 class LossEachIsa : public agt::EachKernelIsa {};

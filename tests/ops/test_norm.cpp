@@ -1,11 +1,14 @@
-// softmax, log_softmax and layer_norm: values against double loops along every dim and
-// layout the CPU kernel distinguishes (last dim, inner columns), stability for large
-// inputs, 16-bit dtypes against float32, gradients by finite differences (including the
-// fused weight/bias reduction over many rows), the error messages, and each instruction-set
-// variant of the float rows (hw::set_kernel_isa) against float64 loops, forward and backward.
+// softmax, log_softmax and layer_norm: values against the float64 reference
+// (kernels/reference) along every dim and layout the CPU kernel distinguishes (last dim,
+// inner columns), stability for large inputs, 16-bit dtypes against float32, gradients by
+// finite differences (including the fused weight/bias reduction over many rows), the error
+// messages, and each instruction-set variant of the float rows (hw::set_kernel_isa) against
+// the reference, forward and backward.
 #include <cmath>
 #include <limits>
 
+#include "ampgrad/reference/norm.h"
+#include "ampgrad/reference/softmax.h"
 #include "support/testing.h"
 
 namespace {
@@ -14,76 +17,34 @@ using ag::Tensor;
 
 using agt::ref_softmax;
 
-// Layer norm over the last `inner` elements, in double loops.
+std::vector<double> values_or_empty(const Tensor& t) { return t.defined() ? t.to_vector<double>() : std::vector<double>{}; }
+
+// Layer norm over the last `inner` elements, by the float64 reference.
 Tensor ref_layer_norm(const Tensor& x, int64_t inner, const Tensor& w, const Tensor& b, double eps) {
   const auto v = x.to_vector<double>();
-  const auto wv = w.defined() ? w.to_vector<double>() : std::vector<double>(size_t(inner), 1.0);
-  const auto bv = b.defined() ? b.to_vector<double>() : std::vector<double>(size_t(inner), 0.0);
-  std::vector<double> out(v.size());
-  for (size_t r = 0; r < v.size() / size_t(inner); ++r) {
-    double m = 0, var = 0;
-    for (int64_t i = 0; i < inner; ++i) m += v[r * size_t(inner) + size_t(i)];
-    m /= double(inner);
-    for (int64_t i = 0; i < inner; ++i) var += std::pow(v[r * size_t(inner) + size_t(i)] - m, 2);
-    var /= double(inner);
-    for (int64_t i = 0; i < inner; ++i) {
-      const size_t k = r * size_t(inner) + size_t(i);
-      out[k] = (v[k] - m) / std::sqrt(var + eps) * wv[size_t(i)] + bv[size_t(i)];
-    }
-  }
-  return ag::from_vector<double>(out, x.sizes().vec());
+  const auto y = ampgrad::reference::layer_norm(v, int64_t(v.size()) / inner, inner, values_or_empty(w),
+                                                values_or_empty(b), eps);
+  return ag::from_vector<double>(y, x.sizes().vec());
 }
 
-// The gradient of softmax (or log-softmax) of x along dim for the incoming gradient g, in
-// double loops: y (g - <g, y>), or g - exp(y) sum(g) for log-softmax, y the reference output.
+// The gradient of softmax (or log-softmax) of x along dim for the incoming gradient g, by
+// the float64 reference from its own output.
 Tensor ref_softmax_grad(const Tensor& x, const Tensor& g, int64_t dim, bool log) {
   const auto y = ref_softmax(x, dim, log).to_vector<double>(), gv = g.to_vector<double>();
-  const int64_t nd = x.dim();
-  dim = (dim + nd) % nd;
-  int64_t outer = 1, n = x.size(dim), inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
-  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
-  std::vector<double> out(y.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t c = 0; c < inner; ++c) {
-      auto at = [&](int64_t i) { return size_t((o * n + i) * inner + c); };
-      double s = 0;
-      for (int64_t i = 0; i < n; ++i) s += log ? gv[at(i)] : gv[at(i)] * y[at(i)];
-      for (int64_t i = 0; i < n; ++i) out[at(i)] = log ? gv[at(i)] - std::exp(y[at(i)]) * s : y[at(i)] * (gv[at(i)] - s);
-    }
-  return ag::from_vector<double>(out, x.sizes().vec());
+  const agt::Lines l = agt::lines_along(x, dim);
+  const auto dx = log ? ampgrad::reference::log_softmax_backward(y, gv, l.outer, l.n, l.inner)
+                      : ampgrad::reference::softmax_backward(y, gv, l.outer, l.n, l.inner);
+  return ag::from_vector<double>(dx, x.sizes().vec());
 }
 
 // Layer norm's gradients {dx, dw, db} over the last `inner` elements for the incoming
-// gradient g, in double loops: dx = rstd (g w - mean(g w) - xhat mean(g w xhat)),
-// dw = sum over rows of g xhat, db = sum of g.
+// gradient g, by the float64 reference.
 std::vector<Tensor> ref_layer_norm_grads(const Tensor& x, const Tensor& w, const Tensor& g, int64_t inner, double eps) {
-  const auto v = x.to_vector<double>(), wv = w.to_vector<double>(), gv = g.to_vector<double>();
-  std::vector<double> dx(v.size()), dw(size_t(inner), 0.0), db(size_t(inner), 0.0), xhat(static_cast<size_t>(inner));
-  for (size_t r = 0; r < v.size() / size_t(inner); ++r) {
-    const size_t r0 = r * size_t(inner);
-    double m = 0, var = 0;
-    for (int64_t i = 0; i < inner; ++i) m += v[r0 + size_t(i)];
-    m /= double(inner);
-    for (int64_t i = 0; i < inner; ++i) var += std::pow(v[r0 + size_t(i)] - m, 2);
-    const double rstd = 1 / std::sqrt(var / double(inner) + eps);
-    double c1 = 0, c2 = 0;
-    for (int64_t i = 0; i < inner; ++i) {
-      const size_t k = r0 + size_t(i);
-      xhat[size_t(i)] = (v[k] - m) * rstd;
-      c1 += gv[k] * wv[size_t(i)];
-      c2 += gv[k] * wv[size_t(i)] * xhat[size_t(i)];
-      dw[size_t(i)] += gv[k] * xhat[size_t(i)];
-      db[size_t(i)] += gv[k];
-    }
-    c1 /= double(inner), c2 /= double(inner);
-    for (int64_t i = 0; i < inner; ++i) {
-      const size_t k = r0 + size_t(i);
-      dx[k] = rstd * (gv[k] * wv[size_t(i)] - c1 - xhat[size_t(i)] * c2);
-    }
-  }
-  return {ag::from_vector<double>(dx, x.sizes().vec()), ag::from_vector<double>(dw, {inner}),
-          ag::from_vector<double>(db, {inner})};
+  const auto v = x.to_vector<double>();
+  const auto r = ampgrad::reference::layer_norm_backward(v, g.to_vector<double>(), int64_t(v.size()) / inner, inner,
+                                                         w.to_vector<double>(), eps);
+  return {ag::from_vector<double>(r.dx, x.sizes().vec()), ag::from_vector<double>(r.dw, {inner}),
+          ag::from_vector<double>(r.db, {inner})};
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Reductions: values against plain double loops over every dim set and layout (row,
-// column, copied and strided paths of the CPU kernel), accuracy of the accumulation,
-// NaN and tie rules, 16-bit dtypes against float32, gradients by finite differences, the
-// error messages, and the column sums' instruction-set variants.
+// Reductions: values against the float64 reference (kernels/reference) over every dim set
+// and layout (row, column, copied and strided paths of the CPU kernel), accuracy of the
+// accumulation, NaN and tie rules, 16-bit dtypes against float32, gradients by finite
+// differences, the error messages, and the column sums' instruction-set variants.
 #include <omp.h>
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 
+#include "ampgrad/reference/reduce.h"
 #include "support/testing.h"
 
 namespace {
@@ -56,49 +57,19 @@ Tensor reference(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim
   return ag::from_vector<double>(out, G.shape);
 }
 
-double r_sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
-double r_mean(const std::vector<double>& v) { return r_sum(v) / double(v.size()); }
+// The float64 reference of each reduction, applied to one group (kernels/reference).
+namespace ref = ampgrad::reference;
+double r_sum(const std::vector<double>& v) { return ref::sum(v); }
+double r_mean(const std::vector<double>& v) { return ref::mean(v); }
 Fn r_var(int64_t c) {
-  return [c](const std::vector<double>& v) {
-    const double m = r_mean(v);
-    double s = 0;
-    for (double x : v) s += (x - m) * (x - m);
-    return s / double(std::max<int64_t>(0, int64_t(v.size()) - c));
-  };
+  return [c](const std::vector<double>& v) { return ref::var(v, double(c)); };
 }
 Fn r_ext(bool is_max) {
-  return [is_max](const std::vector<double>& v) {
-    double m = v[0];
-    for (double x : v) {
-      if (std::isnan(x)) return x;
-      m = is_max ? std::max(m, x) : std::min(m, x);
-    }
-    return m;
-  };
+  return [is_max](const std::vector<double>& v) { return is_max ? ref::max(v) : ref::min(v); };
 }
-double r_lse(const std::vector<double>& v) {
-  const double m = r_ext(true)(v);
-  if (!std::isfinite(m)) return m;
-  double s = 0;
-  for (double x : v) s += std::exp(x - m);
-  return m + std::log(s);
-}
+double r_lse(const std::vector<double>& v) { return ref::logsumexp(v); }
 Fn r_norm(double p) {
-  return [p](const std::vector<double>& v) {
-    if (std::isinf(p)) {
-      double m = p > 0 ? 0 : INFINITY;
-      for (double x : v) m = p > 0 ? std::max(m, std::fabs(x)) : std::min(m, std::fabs(x));
-      return m;
-    }
-    if (p == 0) {
-      double n = 0;
-      for (double x : v) n += x != 0;
-      return n;
-    }
-    double s = 0;
-    for (double x : v) s += std::pow(std::fabs(x), p);
-    return std::pow(s, 1 / p);
-  };
+  return [p](const std::vector<double>& v) { return ref::norm(v, p); };
 }
 
 // Every differentiable reduction by name, with its reference.
@@ -197,6 +168,12 @@ TEST(ReduceTest, ArgAndDimExtremaOnLayouts) {
       EXPECT_TRUE(agt::allclose(ag::gather(x, dim, in.unsqueeze(dim)).squeeze(dim), vn, 0, 0));
       EXPECT_TRUE(agt::allclose(ag::argmax(x, dim), i, 0, 0));
       EXPECT_TRUE(agt::allclose(ag::argmin(x, dim), in, 0, 0));
+      // the index itself: a group's elements lie in order along dim
+      const auto arg = [](bool is_max) {
+        return [is_max](const std::vector<double>& v) { return double(is_max ? ref::argmax(v) : ref::argmin(v)); };
+      };
+      EXPECT_TRUE(agt::allclose(i, reference(x, {dim}, false, arg(true)), 0, 0));
+      EXPECT_TRUE(agt::allclose(in, reference(x, {dim}, false, arg(false)), 0, 0));
     }
   }
 }

@@ -1,9 +1,10 @@
-// softmax and log_softmax, values and gradients in float32 and bfloat16 against float64
-// loops, with a random upstream gradient, under several leading shapes: along the last dim
-// on rows of 7 to 1000 (the row form of kernels/cpu/norm.cpp sums in rows.h's eight lanes
-// and a tail), and along an inner dim (the column form's blocks of up to 16 columns, and a
-// partial block). The kernels run their AVX-512 variant where the CPU has it
-// (cpu_has_avx512) and their baseline build elsewhere: each machine checks the one it runs.
+// softmax and log_softmax, values and gradients in float32 and bfloat16 against the
+// float64 reference (kernels/reference), with a random upstream gradient, under several
+// leading shapes: along the last dim on rows of 7 to 1000 (the row form of
+// kernels/cpu/norm.cpp sums in rows.h's eight lanes and a tail), and along an inner dim (the
+// column form's blocks of up to 16 columns, and a partial block). The kernels run their
+// AVX-512 variant where the CPU has it (cpu_has_avx512) and their baseline build elsewhere:
+// each machine checks the one it runs.
 #include <gtest/gtest.h>
 
 #include <ampgrad/ampgrad.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ampgrad/reference/softmax.h"
 #include "support/testing.h"
 
 namespace {
@@ -49,10 +51,10 @@ Expected reference(const Tensor& x, const Tensor& g, int64_t dim, bool log, DTyp
   const std::vector<double> xv = x.to_vector<double>(), gv = g.to_vector<double>();
   const std::vector<double> p = agt::ref_softmax(x, dim, false).to_vector<double>();
   const std::vector<double> lp = agt::ref_softmax(x, dim, true).to_vector<double>();
-  const int64_t nd = x.dim(), d = (dim + nd) % nd, n = x.size(d);
-  int64_t outer = 1, inner = 1;
-  for (int64_t k = 0; k < d; ++k) outer *= x.size(k);
-  for (int64_t k = d + 1; k < nd; ++k) inner *= x.size(k);
+  const auto [outer, n, inner] = agt::lines_along(x, dim);
+  // the float64 gradients, by the reference; what follows bounds the kernel's error
+  const std::vector<double> dp = ampgrad::reference::softmax_backward(p, gv, outer, n, inner);
+  const std::vector<double> dlp = ampgrad::reference::log_softmax_backward(lp, gv, outer, n, inner);
   const double u = unit_roundoff(dt), e = 0x1p-24;
   const double gamma = (double(n) / 8 + 12) * e;  // a lane's n/8 terms, the combining and the tail
   Expected r;
@@ -77,7 +79,7 @@ Expected reference(const Tensor& x, const Tensor& g, int64_t dim, bool log, DTyp
           r.y[k] = p[k];
           r.y_tol[k] = delta * p[k];
           // y (g - <g, y>): the stored y's error in both factors, the dot's sum, two roundings, the storage
-          r.dx[k] = p[k] * (gv[k] - dot);
+          r.dx[k] = dp[k];  // y (g - <g, y>)
           r.dx_tol[k] = 2 * ((delta + gamma + 2 * e) * p[k] * (std::abs(gv[k] - dot) + abs_dot) + u * std::abs(r.dx[k]));
         } else {
           r.y[k] = lp[k];
@@ -85,7 +87,7 @@ Expected reference(const Tensor& x, const Tensor& g, int64_t dim, bool log, DTyp
           r.y_tol[k] = (u + 4 * e) * (std::abs(lp[k]) + std::abs(xv[k] - m) + std::log(double(n)) + 1) + gamma;
           // g - exp(y) sum(g): the stored y's absolute error becomes exp(y)'s relative one; exp,
           // the sum, two roundings, the storage
-          r.dx[k] = gv[k] - p[k] * sum;
+          r.dx[k] = dlp[k];  // g - exp(y) sum(g)
           r.dx_tol[k] = 2 * (p[k] * (std::abs(sum) * (r.y_tol[k] + 4 * e) + gamma * abs_sum) + (u + e) * std::abs(r.dx[k]));
         }
       }

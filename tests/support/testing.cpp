@@ -16,6 +16,8 @@
 #include <iterator>
 #include <sstream>
 
+#include "ampgrad/reference/softmax.h"
+
 namespace agt {
 
 bool in_ci() {
@@ -326,23 +328,22 @@ ag::Tensor ref_linear(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor
 double ref_gelu(double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }
 double ref_gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
 
+Lines lines_along(const ag::Tensor& x, int64_t dim) {
+  const int64_t nd = x.dim();
+  if (nd == 0) return {1, 1, 1};
+  dim = (dim + nd) % nd;
+  Lines l{1, x.size(dim), 1};
+  for (int64_t d = 0; d < dim; ++d) l.outer *= x.size(d);
+  for (int64_t d = dim + 1; d < nd; ++d) l.inner *= x.size(d);
+  return l;
+}
+
 ag::Tensor ref_softmax(const ag::Tensor& x, int64_t dim, bool log) {
   const auto v = x.to_vector<double>();
-  const int64_t nd = x.dim();
-  dim = (dim + nd) % nd;
-  int64_t outer = 1, n = x.size(dim), inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= x.size(d);
-  for (int64_t d = dim + 1; d < nd; ++d) inner *= x.size(d);
-  std::vector<double> out(v.size());
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t c = 0; c < inner; ++c) {
-      auto at = [&](int64_t i) { return size_t((o * n + i) * inner + c); };
-      double m = -INFINITY, s = 0;
-      for (int64_t i = 0; i < n; ++i) m = std::max(m, v[at(i)]);
-      for (int64_t i = 0; i < n; ++i) s += std::exp(v[at(i)] - m);
-      for (int64_t i = 0; i < n; ++i) out[at(i)] = log ? v[at(i)] - m - std::log(s) : std::exp(v[at(i)] - m) / s;
-    }
-  return ag::from_vector<double>(out, x.sizes().vec());
+  const Lines l = lines_along(x, dim);
+  const auto y = log ? ampgrad::reference::log_softmax(v, l.outer, l.n, l.inner)
+                     : ampgrad::reference::softmax(v, l.outer, l.n, l.inner);
+  return ag::from_vector<double>(y, x.sizes().vec());
 }
 
 double chi_square(const std::vector<double>& observed, const std::vector<double>& expected) {

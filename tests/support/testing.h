@@ -108,7 +108,16 @@ ag::Tensor ref_linear(const ag::Tensor& x, const ag::Tensor& w, const ag::Tensor
 double ref_gelu(double x);
 double ref_gelu_tanh(double x);
 
-/// Softmax (or log-softmax) of x along dim, in float64 loops; the result is float64.
+/// x viewed as [outer, n, inner] around dim (n = x.size(dim)): the layout the reference
+/// kernels (kernels/reference, ampgrad/reference/*.h) take for an op along one dim. A
+/// 0-dim x is one line of one value.
+struct Lines {
+  int64_t outer, n, inner;
+};
+Lines lines_along(const ag::Tensor& x, int64_t dim);
+
+/// Softmax (or log-softmax) of x along dim by the float64 reference
+/// (ampgrad/reference/softmax.h); the result is float64.
 ag::Tensor ref_softmax(const ag::Tensor& x, int64_t dim, bool log);
 
 /// Pearson's statistic: the sum over cells of (observed - expected)^2 / expected.

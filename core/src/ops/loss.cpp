@@ -11,6 +11,8 @@
 // are not counted by Mean; label smoothing mixes in the mean over classes of -log p with
 // weight label_smoothing. Any other target outside [0, C) is an error naming it (found by
 // the cross_entropy kernels themselves; nll_loss checks CPU targets here).
+//
+// Reference: kernels/reference/include/ampgrad/reference/loss.h (float64, the specification).
 #include "ampgrad/ops/loss.h"
 
 #include "ampgrad/dispatch.h"
