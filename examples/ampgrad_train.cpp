@@ -171,11 +171,7 @@ CLI::Validator parsed_by(Parse parse, const std::string& description) {
       description);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{"ampgrad-train: train a model with ampgrad"};
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--model", o.model, "mlp, cnn (Fashion-MNIST) or gpt (char-level text)")
       ->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
   add_number(app, "--epochs", o.epochs, "epochs to train", Sign::Positive);
@@ -220,263 +216,396 @@ int main(int argc, char** argv) {
   add_number(app, "--block-size", o.block_size, "gpt: context length", Sign::Positive);
   add_number(app, "--steps-per-epoch", o.steps_per_epoch, "gpt: batches per epoch", Sign::Positive);
   add_number(app, "--sample-length", o.sample_len, "gpt: characters generated after training", Sign::NonNegative);
-  CLI11_PARSE(app, argc, argv);
-  {  // the preset's sizes, where no option gave one
-    const ag::nn::GPTConfig p = ag::nn::gpt_preset(o.preset);
-    if (app.count("--layers") == 0) o.layers = p.layers;
-    if (app.count("--heads") == 0) o.heads = p.heads;
-    if (app.count("--width") == 0) o.width = p.width;
-    if (app.count("--block-size") == 0) o.block_size = p.block_size;
+}
+
+// The preset's sizes, where no option gave one.
+void apply_preset(const CLI::App& app, Options& o) {
+  const ag::nn::GPTConfig p = ag::nn::gpt_preset(o.preset);
+  if (app.count("--layers") == 0) o.layers = p.layers;
+  if (app.count("--heads") == 0) o.heads = p.heads;
+  if (app.count("--width") == 0) o.width = p.width;
+  if (app.count("--block-size") == 0) o.block_size = p.block_size;
+}
+
+// The process-wide settings: threads, float32 products, and the precision AMPGRAD_PRECISION
+// gives where --precision did not.
+void configure_process(Options& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  ag::set_float32_matmul_precision(o.matmul_precision);
+  if (o.precision.empty()) {
+    const char* env = std::getenv("AMPGRAD_PRECISION");
+    o.precision = env && *env ? env : "auto";
+  }
+}
+
+ag::LiteOptions lite_options(const Options& o) {
+  return {.accelerator = o.accelerator,
+          .precision = o.precision,
+          .strategy = o.strategy,
+          .output_conversion = ag::parse_output_conversion(o.output_conversion)};
+}
+
+// Seeds the run, silences every rank but 0 and prints the hardware.
+void start_run(ag::Lite& lite, Options& o) {
+  lite.seed_everything(o.seed);
+  if (!lite.is_global_zero()) o.quiet = true;  // rank 0 speaks for the job
+  if (!o.quiet) {
+    print_hardware(lite);
+    if (o.matmul_precision != "highest") std::printf("float32 products: %s\n", o.matmul_precision.c_str());
+  }
+}
+
+// The data and the network of --model: images and an MLP or CNN, or text and a GPT.
+struct Workload {
+  std::shared_ptr<ag::data::TensorDataset> train, test;
+  std::shared_ptr<ag::data::CharDataset> text;
+  std::shared_ptr<ag::nn::Module> net;
+  std::shared_ptr<ag::nn::GPT> gpt_model;
+};
+
+Workload load_text_and_gpt(const Options& o) {
+  Workload w;
+  w.text = std::make_shared<ag::data::CharDataset>(ag::data::read_text(o.data.empty() ? ag::data::kFortunesDir : o.data),
+                                                   o.block_size);
+  w.gpt_model = std::make_shared<ag::nn::GPT>(ag::nn::GPTConfig{.vocab_size = w.text->vocab_size(),
+                                                                .block_size = o.block_size,
+                                                                .layers = o.layers,
+                                                                .heads = o.heads,
+                                                                .width = o.width});
+  w.net = w.gpt_model;
+  if (!o.quiet)
+    std::printf("data     : %lld characters, vocabulary %lld\n", (long long)(w.text->size() + o.block_size),
+                (long long)w.text->vocab_size());
+  return w;
+}
+
+Workload load_images_and_net(const Options& o) {
+  Workload w;
+  const std::string dir = o.data.empty() ? ag::data::kFashionMnistDir : o.data;
+  w.train = ag::data::fashion_mnist(true, dir);
+  w.test = ag::data::fashion_mnist(false, dir);
+  w.net = o.model == "mlp" ? std::shared_ptr<ag::nn::Module>(ag::nn::make_mlp()) : ag::nn::make_cnn();
+  if (!o.quiet)
+    std::printf("data     : Fashion-MNIST, %lld train / %lld test images\n", (long long)w.train->size(),
+                (long long)w.test->size());
+  return w;
+}
+
+Workload load_workload(const ag::Lite& lite, const Options& o) {
+  auto init = lite.init_module();  // parameters built in the precision's dtype, until reset
+  Workload w = o.model == "gpt" ? load_text_and_gpt(o) : load_images_and_net(o);
+  init.reset();
+  if (!o.quiet)
+    std::printf("model    : %s, %s parameters; AdamW lr %g (%s), batch %lld, seed %llu\n\n", o.model.c_str(),
+                fmt_count(double(w.net->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
+                (unsigned long long)o.seed);
+  return w;
+}
+
+// One run from the optimizer's setup to the summary: the epochs share the model, optimizer,
+// schedule, checkpoints and the counters here. Not copyable: the checkpoint state refers to
+// its members.
+class Training {
+ public:
+  Training(ag::Lite& lite, const Options& o, Workload w)
+      : lite_(lite), o_(o), w_(std::move(w)), gpt_(o.model == "gpt"), world_(lite.world_size()),
+        adamw_(w_.net->parameters(), {.lr = o.lr}), setup_(lite.setup(w_.net, adamw_)), model_(setup_.first),
+        opt_(setup_.second), steps_per_epoch_(steps_per_epoch()), sched_(make_schedule()), kind_(o.model) {
+    if (!o_.save.empty()) ckpts_.emplace(o_.save, ag::CheckpointFolderOptions{.keep = o_.keep});
+  }
+  Training(const Training&) = delete;
+  Training& operator=(const Training&) = delete;
+
+  // A fresh run never writes over another run's checkpoints: it would replace them epoch by epoch.
+  void refuse_to_overwrite_checkpoints() const {
+    if (ckpts_ && o_.resume.empty() && !ckpts_->list().empty())
+      AG_ERROR("ampgrad-train", o_.save, " already holds checkpoints (the newest is ", ckpts_->list().front().path,
+               "): continue that run with --resume ", o_.save, ", or save to another folder");
   }
 
-  try {
-    if (o.threads > 0) omp_set_num_threads(o.threads);
-    ag::set_float32_matmul_precision(o.matmul_precision);
-    if (o.precision.empty()) {
-      const char* env = std::getenv("AMPGRAD_PRECISION");
-      o.precision = env && *env ? env : "auto";
-    }
-    ag::Lite lite({.accelerator = o.accelerator,
-                   .precision = o.precision,
-                   .strategy = o.strategy,
-                   .output_conversion = ag::parse_output_conversion(o.output_conversion)});
-    lite.seed_everything(o.seed);
-    const bool gpt = o.model == "gpt";
-    const int world = lite.world_size();
-    if (!lite.is_global_zero()) o.quiet = true;  // rank 0 speaks for the job
-    if (!o.quiet) {
-      print_hardware(lite);
-      if (o.matmul_precision != "highest") std::printf("float32 products: %s\n", o.matmul_precision.c_str());
-    }
-
-    // ---- data and model ----
-    std::shared_ptr<ag::data::TensorDataset> train, test;
-    std::shared_ptr<ag::data::CharDataset> text;
-    std::shared_ptr<ag::nn::Module> net;
-    std::shared_ptr<ag::nn::GPT> gpt_model;
-    auto init = lite.init_module();  // parameters built in the precision's dtype, until reset
-    if (gpt) {
-      text = std::make_shared<ag::data::CharDataset>(ag::data::read_text(o.data.empty() ? ag::data::kFortunesDir : o.data),
-                                                     o.block_size);
-      gpt_model = std::make_shared<ag::nn::GPT>(ag::nn::GPTConfig{.vocab_size = text->vocab_size(),
-                                                                  .block_size = o.block_size,
-                                                                  .layers = o.layers,
-                                                                  .heads = o.heads,
-                                                                  .width = o.width});
-      net = gpt_model;
-      if (!o.quiet)
-        std::printf("data     : %lld characters, vocabulary %lld\n", (long long)(text->size() + o.block_size),
-                    (long long)text->vocab_size());
-    } else {
-      const std::string dir = o.data.empty() ? ag::data::kFashionMnistDir : o.data;
-      train = ag::data::fashion_mnist(true, dir);
-      test = ag::data::fashion_mnist(false, dir);
-      net = o.model == "mlp" ? std::shared_ptr<ag::nn::Module>(ag::nn::make_mlp()) : ag::nn::make_cnn();
-      if (!o.quiet)
-        std::printf("data     : Fashion-MNIST, %lld train / %lld test images\n", (long long)train->size(),
-                    (long long)test->size());
-    }
-    init.reset();
-    if (!o.quiet)
-      std::printf("model    : %s, %s parameters; AdamW lr %g (%s), batch %lld, seed %llu\n\n", o.model.c_str(),
-                  fmt_count(double(net->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
-                  (unsigned long long)o.seed);
-    ag::optim::AdamW adamw(net->parameters(), {.lr = o.lr});
-    auto [model, opt] = lite.setup(net, adamw);
-    const int64_t shard = gpt ? 0 : (train->size() + world - 1) / world;  // the samples of each rank per epoch
-    const int64_t steps_per_epoch = gpt ? o.steps_per_epoch : (shard + o.batch_size - 1) / o.batch_size;
-    // The schedule follows the optimizer's real steps (a step skipped for an overflow
-    // does not advance it) and is checkpointed, so a resumed run continues the curve.
-    ag::LiteScheduler sched = lite.setup_scheduler(
-        opt, o.schedule == "cosine" ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch * o.epochs)})
-                                    : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0}));
-
-    int64_t epochs_done = 0;
-    double best = 0;
-    std::string kind = o.model;
-    // What a checkpoint holds; Lite adds the grad scaler and the generator's position, so
-    // shuffling and dropout continue as in an uninterrupted run.
-    const ag::LiteState state{{"model", model}, {"optimizer", opt},  {"scheduler", sched},
-                              {"epoch", epochs_done}, {"best", best}, {"model_kind", kind}};
-    std::optional<ag::CheckpointFolder> ckpts;
-    if (!o.save.empty()) ckpts.emplace(o.save, ag::CheckpointFolderOptions{.keep = o.keep});
-    // A fresh run never writes over another run's checkpoints: it would replace them epoch by epoch.
-    if (ckpts && o.resume.empty() && !ckpts->list().empty())
-      AG_ERROR("ampgrad-train", o.save, " already holds checkpoints (the newest is ", ckpts->list().front().path,
-               "): continue that run with --resume ", o.save, ", or save to another folder");
-    std::string last_good;  // the newest checkpoint that a stopped run leaves to resume from
-    if (!o.resume.empty()) {
-      const auto same_model = [&](const std::string& path, const ag::nn::Metadata& meta) {
-        const auto it = meta.find("model_kind");
-        AG_CHECK(it != meta.end() && it->second == o.model, "ampgrad-train", path, " holds a ",
-                 it != meta.end() ? it->second : std::string("?"), " checkpoint, not ", o.model);
-      };
+  // Loads --resume (a file, or the newest checkpoint in a folder that loads), if given.
+  void resume_if_asked() {
+    if (!o_.resume.empty()) {
       std::error_code ec;
-      if (std::filesystem::is_directory(o.resume, ec)) {
-        const auto r = ag::CheckpointFolder(o.resume).load_newest(lite, state, same_model);
-        // Said even with --quiet: the run continues from an older point than the folder's newest file.
-        for (const auto& skip : r.skipped)
-          std::fprintf(stderr, "warning: skipped the checkpoint %s: %s\n", skip.path.c_str(), skip.reason.c_str());
-        last_good = r.path;
-      } else {
-        same_model(o.resume, ag::nn::load_metadata(o.resume));
-        lite.load(o.resume, state);
-        last_good = o.resume;
-      }
-      if (!o.quiet) std::printf("resumed  : %s after epoch %lld\n\n", last_good.c_str(), (long long)epochs_done);
+      if (std::filesystem::is_directory(o_.resume, ec)) resume_from_folder();
+      else resume_from_file();
+      if (!o_.quiet) std::printf("resumed  : %s after epoch %lld\n\n", last_good_.c_str(), (long long)epochs_done_);
     }
-    const int start_epoch = int(epochs_done);
-    const bool scaled = lite.precision() == ag::Precision::Mixed16;
-    // Why a run stopped early, and what it leaves behind.
-    const auto stopped = [&](const std::string& why) {
-      const std::string left = !last_good.empty() ? "the last checkpoint, " + last_good + ", is kept"
-                               : ckpts            ? "no checkpoint was written yet"
-                                                  : "nothing was saved (no --save)";
-      AG_ERROR("ampgrad-train", why, " under ", ag::precision_name(lite.precision()), "; training stopped; ", left);
-    };
-    int64_t step = int64_t(start_epoch) * steps_per_epoch;  // optimizer steps of the run, skipped ones included
+    start_epoch_ = int(epochs_done_);
+    step_ = int64_t(start_epoch_) * steps_per_epoch_;
+  }
 
-    // ---- training ----
-    nlohmann::json log = nlohmann::json::array();
+  void train_epochs() {
     const auto t_all = Clock::now();
-    double total_samples = 0, total_train_time = 0;
-    for (int epoch = start_epoch + 1; epoch <= o.epochs; ++epoch) {
-      model->train();
-      const auto t0 = Clock::now();
-      double loss_sum = 0;
-      int64_t batches = 0, finite_batches = 0, samples = 0;
-      const int64_t skipped_before = opt.steps_skipped();
-      // One optimisation step on a batch's loss; both loops below share it. The loss is read
-      // after the step is queued, so the host waits only for work already on its way.
-      auto train_on = [&](const ag::Tensor& loss, int64_t batch_samples) {
-        opt.zero_grad();
-        lite.backward(loss);
-        opt.step();
-        sched.step();
-        ++step;
-        ++batches;
-        // Under ddp the job's mean loss, so that every rank takes the same decisions below.
-        double value = 0;
-        if (world > 1) {
-          ag::Tensor shared = loss.detach().to(ag::kCPU).to(ag::kFloat64).reshape({1}).clone();
-          lite.all_reduce(shared, ag::dist::ReduceOp::Avg);
-          value = shared.item<double>();
-        } else {
-          value = loss.item<double>();
-        }
-        if (std::isfinite(value)) {
-          loss_sum += value;
-          ++finite_batches;
-        } else if (!scaled) {
-          // Without a loss scale nothing skips the step: the parameters have taken it.
-          std::ostringstream why;
-          why << "the loss is " << (std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf") << " at step " << step
-              << " (epoch " << epoch << ", batch " << batches << ")";
-          stopped(why.str());
-        }
-        // A skipped step halves the loss scale; a long run of them means it will not recover.
-        if (scaled && o.max_skip_run > 0) {
-          const int64_t run = opt.consecutive_skips();
-          if (run >= o.max_skip_run) {
-            std::ostringstream why;
-            why << run << " optimizer steps in a row were skipped for inf/NaN gradients (steps " << step - run + 1
-                << " to " << step << ", epoch " << epoch << "; --max-skip-run " << o.max_skip_run << ", loss scale now "
-                << lite.loss_scale() << ")";
-            stopped(why.str());
-          }
-        }
-        samples += batch_samples;
-      };
-      const auto mean_loss = [&] {
-        return finite_batches ? loss_sum / double(finite_batches) : std::numeric_limits<double>::quiet_NaN();
-      };
-      if (gpt) {
-        Progress bar(epoch, o.epochs, o.steps_per_epoch, !o.quiet, "tokens");
-        for (int64_t i = 0; i < o.steps_per_epoch; ++i) {
-          // Every rank draws the job's batch (so the generators stay equal) and takes its part.
-          auto all = ag::randint(0, text->size(), {o.batch_size * world}).to_vector<int64_t>();
-          const auto first = all.begin() + lite.rank() * o.batch_size;
-          auto b = text->get_batch(std::vector<int64_t>(first, first + o.batch_size));
-          ag::Tensor logits = model(lite.to_device(b.input));
-          const int64_t V = text->vocab_size();
-          train_on(ag::cross_entropy(logits.view({-1, V}), lite.to_device(b.target).view({-1})),
-                   o.batch_size * o.block_size);
-          bar.update(i + 1, samples * world, mean_loss());
-        }
-        bar.update(o.steps_per_epoch, samples * world, mean_loss(), true);
-      } else {
-        auto loader = lite.setup_dataloader(ag::data::DataLoader(train, {.batch_size = o.batch_size, .shuffle = true}));
-        Progress bar(epoch, o.epochs, loader.num_batches(), !o.quiet, "samples");
-        for (const auto& b : loader) {
-          train_on(ag::cross_entropy(model(b.input), b.target), b.input.size(0));
-          bar.update(batches, samples * world, mean_loss());
-        }
-        bar.update(loader.num_batches(), samples * world, mean_loss(), true);
-      }
-      const double train_time = seconds_since(t0);
-      if (world > 1) {  // the job's samples (the losses summed above are the job's already)
-        ag::Tensor all = ag::scalar_tensor(samples);
-        lite.all_reduce(all, ag::dist::ReduceOp::Sum);
-        samples = all.item<int64_t>();
-      }
-      total_samples += double(samples);
-      total_train_time += train_time;
-      const int64_t skipped = opt.steps_skipped() - skipped_before;
-      nlohmann::json rec = {{"epoch", epoch},
-                            {"train_loss", mean_loss()},
-                            {"seconds", train_time},
-                            {"steps", batches},
-                            {"skipped_steps", skipped},
-                            {"lr", sched.last_lr()},  // after the epoch's last step: the schedule's course
-                            {gpt ? "tokens_per_s" : "samples_per_s", double(samples) / train_time}};
-      std::ostringstream line;
-      line << "epoch " << epoch << ": train loss " << std::fixed << std::setprecision(4) << mean_loss();
-      if (!gpt) {
-        const double acc = accuracy(model, lite, *test);
-        best = std::max(best, acc);
-        rec["test_accuracy"] = acc;
-        line << ", test accuracy " << std::setprecision(2) << 100 * acc << "%";
-      }
-      if (skipped) line << ", " << skipped << " of " << batches << " steps skipped for overflow";
-      if (!o.quiet) std::printf("%s\n", line.str().c_str());
-      log.push_back(rec);
-      if (ckpts) {
-        epochs_done = epoch;
-        last_good = ckpts->save(lite, state, epoch);
-      }
-    }
+    for (int epoch = start_epoch_ + 1; epoch <= o_.epochs; ++epoch) train_epoch(epoch);
+    total_seconds_ = seconds_since(t_all);
+  }
 
-    // ---- summary ----
-    const double total = seconds_since(t_all);
-    const double rate = total_train_time > 0 ? total_samples / total_train_time : 0;
-    if (!lite.is_global_zero()) return 0;  // the summary, the sample and the JSON are rank 0's
-    std::printf("\nsummary: %s, %d epochs in %s, mean %s %s/s", o.model.c_str(), o.epochs - start_epoch,
-                fmt_time(total).c_str(), fmt_count(rate).c_str(), gpt ? "tokens" : "samples");
-    if (!gpt) std::printf(", best test accuracy %.2f%%", 100 * best);
-    std::printf(" (precision %s", ag::precision_name(lite.precision()));
-    if (world > 1) std::printf(", ddp over %d processes", world);
-    if (lite.skipped_steps()) std::printf(", %lld steps skipped for overflow", (long long)lite.skipped_steps());
+  void print_summary() const {
+    std::printf("\nsummary: %s, %d epochs in %s, mean %s %s/s", o_.model.c_str(), o_.epochs - start_epoch_,
+                fmt_time(total_seconds_).c_str(), fmt_count(mean_rate()).c_str(), gpt_ ? "tokens" : "samples");
+    if (!gpt_) std::printf(", best test accuracy %.2f%%", 100 * best_);
+    std::printf(" (precision %s", ag::precision_name(lite_.precision()));
+    if (world_ > 1) std::printf(", ddp over %d processes", world_);
+    if (lite_.skipped_steps()) std::printf(", %lld steps skipped for overflow", (long long)lite_.skipped_steps());
     std::printf(")\n");
-    if (gpt) {
-      auto prompt = text->encode("\n");
-      auto out = gpt_model->generate(prompt, o.sample_len, 0.8, o.seed);
-      std::printf("\nsample:\n%s\n", text->decode(out).c_str());
+  }
+
+  // The GPT's text after training (--sample-length characters).
+  void print_sample() const {
+    if (!gpt_) return;
+    auto prompt = w_.text->encode("\n");
+    auto out = w_.gpt_model->generate(prompt, o_.sample_len, 0.8, o_.seed);
+    std::printf("\nsample:\n%s\n", w_.text->decode(out).c_str());
+  }
+
+  void write_json() const {
+    if (o_.json.empty()) return;
+    std::ofstream f(o_.json);
+    f << nlohmann::json{{"model", o_.model},
+                        {"precision", ag::precision_name(lite_.precision())},
+                        {"precision_reason", lite_.precision_reason()},
+                        {"float32_matmul_precision", o_.matmul_precision},
+                        {"skipped_steps", lite_.skipped_steps()},
+                        {"strategy", o_.strategy},
+                        {"world_size", world_},
+                        {"epochs", log_},
+                        {"best_test_accuracy", best_}, {"mean_rate", mean_rate()}}
+             .dump(2)
+      << "\n";
+    AG_CHECK(f.good(), "ampgrad-train", "cannot write ", o_.json);
+  }
+
+ private:
+  // What one epoch has done so far.
+  struct Tally {
+    int epoch;
+    double loss_sum = 0;
+    int64_t batches = 0, finite_batches = 0, samples = 0;
+    double mean_loss() const {
+      return finite_batches ? loss_sum / double(finite_batches) : std::numeric_limits<double>::quiet_NaN();
     }
-    if (!o.json.empty()) {
-      std::ofstream f(o.json);
-      f << nlohmann::json{{"model", o.model},
-                          {"precision", ag::precision_name(lite.precision())},
-                          {"precision_reason", lite.precision_reason()},
-                          {"float32_matmul_precision", o.matmul_precision},
-                          {"skipped_steps", lite.skipped_steps()},
-                          {"strategy", o.strategy},
-                          {"world_size", world},
-                          {"epochs", log},
-                          {"best_test_accuracy", best}, {"mean_rate", rate}}
-               .dump(2)
-        << "\n";
-      AG_CHECK(f.good(), "ampgrad-train", "cannot write ", o.json);
+  };
+
+  int64_t steps_per_epoch() const {
+    if (gpt_) return o_.steps_per_epoch;
+    const int64_t shard = (w_.train->size() + world_ - 1) / world_;  // the samples of each rank per epoch
+    return (shard + o_.batch_size - 1) / o_.batch_size;
+  }
+
+  // The schedule follows the optimizer's real steps (a step skipped for an overflow
+  // does not advance it) and is checkpointed, so a resumed run continues the curve.
+  ag::LiteScheduler make_schedule() {
+    return lite_.setup_scheduler(
+        opt_, o_.schedule == "cosine"
+                  ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch_ * o_.epochs)})
+                  : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0}));
+  }
+
+  void check_model_kind(const std::string& path, const ag::nn::Metadata& meta) const {
+    const auto it = meta.find("model_kind");
+    AG_CHECK(it != meta.end() && it->second == o_.model, "ampgrad-train", path, " holds a ",
+             it != meta.end() ? it->second : std::string("?"), " checkpoint, not ", o_.model);
+  }
+
+  void resume_from_folder() {
+    const auto r = ag::CheckpointFolder(o_.resume).load_newest(
+        lite_, state_, [&](const std::string& path, const ag::nn::Metadata& meta) { check_model_kind(path, meta); });
+    // Said even with --quiet: the run continues from an older point than the folder's newest file.
+    for (const auto& skip : r.skipped)
+      std::fprintf(stderr, "warning: skipped the checkpoint %s: %s\n", skip.path.c_str(), skip.reason.c_str());
+    last_good_ = r.path;
+  }
+
+  void resume_from_file() {
+    check_model_kind(o_.resume, ag::nn::load_metadata(o_.resume));
+    lite_.load(o_.resume, state_);
+    last_good_ = o_.resume;
+  }
+
+  void train_epoch(int epoch) {
+    model_->train();
+    const auto t0 = Clock::now();
+    Tally t{.epoch = epoch};
+    const int64_t skipped_before = opt_.steps_skipped();
+    if (gpt_) train_gpt_epoch(t);
+    else train_image_epoch(t);
+    const double train_time = seconds_since(t0);
+    count_job_samples(t);
+    total_samples_ += double(t.samples);
+    total_train_time_ += train_time;
+    report_epoch(t, train_time, opt_.steps_skipped() - skipped_before);
+    save_checkpoint(epoch);
+  }
+
+  void train_gpt_epoch(Tally& t) {
+    Progress bar(t.epoch, o_.epochs, o_.steps_per_epoch, !o_.quiet, "tokens");
+    for (int64_t i = 0; i < o_.steps_per_epoch; ++i) {
+      // Every rank draws the job's batch (so the generators stay equal) and takes its part.
+      auto all = ag::randint(0, w_.text->size(), {o_.batch_size * world_}).to_vector<int64_t>();
+      const auto first = all.begin() + lite_.rank() * o_.batch_size;
+      auto b = w_.text->get_batch(std::vector<int64_t>(first, first + o_.batch_size));
+      ag::Tensor logits = model_(lite_.to_device(b.input));
+      const int64_t V = w_.text->vocab_size();
+      train_on(ag::cross_entropy(logits.view({-1, V}), lite_.to_device(b.target).view({-1})),
+               o_.batch_size * o_.block_size, t);
+      bar.update(i + 1, t.samples * world_, t.mean_loss());
     }
+    bar.update(o_.steps_per_epoch, t.samples * world_, t.mean_loss(), true);
+  }
+
+  void train_image_epoch(Tally& t) {
+    auto loader =
+        lite_.setup_dataloader(ag::data::DataLoader(w_.train, {.batch_size = o_.batch_size, .shuffle = true}));
+    Progress bar(t.epoch, o_.epochs, loader.num_batches(), !o_.quiet, "samples");
+    for (const auto& b : loader) {
+      train_on(ag::cross_entropy(model_(b.input), b.target), b.input.size(0), t);
+      bar.update(t.batches, t.samples * world_, t.mean_loss());
+    }
+    bar.update(loader.num_batches(), t.samples * world_, t.mean_loss(), true);
+  }
+
+  // One optimisation step on a batch's loss, shared by both kinds of epoch. The loss is read
+  // after the step is queued, so the host waits only for work already on its way.
+  void train_on(const ag::Tensor& loss, int64_t batch_samples, Tally& t) {
+    opt_.zero_grad();
+    lite_.backward(loss);
+    opt_.step();
+    sched_.step();
+    ++step_;
+    ++t.batches;
+    const double value = job_loss(loss);
+    if (std::isfinite(value)) {
+      t.loss_sum += value;
+      ++t.finite_batches;
+    } else if (!scaled()) {
+      stop_on_loss(value, t);
+    }
+    stop_on_skip_run(t.epoch);
+    t.samples += batch_samples;
+  }
+
+  // Under ddp the job's mean loss, so that every rank takes the same decisions.
+  double job_loss(const ag::Tensor& loss) {
+    if (world_ <= 1) return loss.item<double>();
+    ag::Tensor shared = loss.detach().to(ag::kCPU).to(ag::kFloat64).reshape({1}).clone();
+    lite_.all_reduce(shared, ag::dist::ReduceOp::Avg);
+    return shared.item<double>();
+  }
+
+  // Without a loss scale nothing skips the step: the parameters have taken it.
+  [[noreturn]] void stop_on_loss(double value, const Tally& t) const {
+    std::ostringstream why;
+    why << "the loss is " << (std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf") << " at step " << step_
+        << " (epoch " << t.epoch << ", batch " << t.batches << ")";
+    stop(why.str());
+  }
+
+  // A skipped step halves the loss scale; a long run of them means it will not recover.
+  void stop_on_skip_run(int epoch) const {
+    if (!scaled() || o_.max_skip_run <= 0) return;
+    const int64_t run = opt_.consecutive_skips();
+    if (run < o_.max_skip_run) return;
+    std::ostringstream why;
+    why << run << " optimizer steps in a row were skipped for inf/NaN gradients (steps " << step_ - run + 1 << " to "
+        << step_ << ", epoch " << epoch << "; --max-skip-run " << o_.max_skip_run << ", loss scale now "
+        << lite_.loss_scale() << ")";
+    stop(why.str());
+  }
+
+  // Why a run stopped early, and what it leaves behind.
+  [[noreturn]] void stop(const std::string& why) const {
+    const std::string left = !last_good_.empty() ? "the last checkpoint, " + last_good_ + ", is kept"
+                             : ckpts_            ? "no checkpoint was written yet"
+                                                 : "nothing was saved (no --save)";
+    AG_ERROR("ampgrad-train", why, " under ", ag::precision_name(lite_.precision()), "; training stopped; ", left);
+  }
+
+  // The job's samples (the losses summed in the epoch are the job's already).
+  void count_job_samples(Tally& t) {
+    if (world_ <= 1) return;
+    ag::Tensor all = ag::scalar_tensor(t.samples);
+    lite_.all_reduce(all, ag::dist::ReduceOp::Sum);
+    t.samples = all.item<int64_t>();
+  }
+
+  // The epoch's line (with the test accuracy for the image models) and its JSON record.
+  void report_epoch(const Tally& t, double train_time, int64_t skipped) {
+    nlohmann::json rec = {{"epoch", t.epoch},
+                          {"train_loss", t.mean_loss()},
+                          {"seconds", train_time},
+                          {"steps", t.batches},
+                          {"skipped_steps", skipped},
+                          {"lr", sched_.last_lr()},  // after the epoch's last step: the schedule's course
+                          {gpt_ ? "tokens_per_s" : "samples_per_s", double(t.samples) / train_time}};
+    std::ostringstream line;
+    line << "epoch " << t.epoch << ": train loss " << std::fixed << std::setprecision(4) << t.mean_loss();
+    if (!gpt_) {
+      const double acc = accuracy(model_, lite_, *w_.test);
+      best_ = std::max(best_, acc);
+      rec["test_accuracy"] = acc;
+      line << ", test accuracy " << std::setprecision(2) << 100 * acc << "%";
+    }
+    if (skipped) line << ", " << skipped << " of " << t.batches << " steps skipped for overflow";
+    if (!o_.quiet) std::printf("%s\n", line.str().c_str());
+    log_.push_back(rec);
+  }
+
+  void save_checkpoint(int epoch) {
+    if (!ckpts_) return;
+    epochs_done_ = epoch;
+    last_good_ = ckpts_->save(lite_, state_, epoch);
+  }
+
+  bool scaled() const { return lite_.precision() == ag::Precision::Mixed16; }
+  double mean_rate() const { return total_train_time_ > 0 ? total_samples_ / total_train_time_ : 0; }
+
+  ag::Lite& lite_;
+  const Options& o_;
+  Workload w_;
+  const bool gpt_;
+  const int world_;
+  ag::optim::AdamW adamw_;
+  std::pair<ag::LiteModule<ag::nn::Module>, ag::LiteOptimizer> setup_;
+  ag::LiteModule<ag::nn::Module>& model_;
+  ag::LiteOptimizer& opt_;
+  const int64_t steps_per_epoch_;
+  ag::LiteScheduler sched_;
+  int64_t epochs_done_ = 0;
+  double best_ = 0;
+  std::string kind_;
+  // What a checkpoint holds; Lite adds the grad scaler and the generator's position, so
+  // shuffling and dropout continue as in an uninterrupted run.
+  const ag::LiteState state_{{"model", model_},         {"optimizer", opt_}, {"scheduler", sched_},
+                             {"epoch", epochs_done_}, {"best", best_},     {"model_kind", kind_}};
+  std::optional<ag::CheckpointFolder> ckpts_;
+  std::string last_good_;  // the newest checkpoint that a stopped run leaves to resume from
+  int start_epoch_ = 0;
+  int64_t step_ = 0;  // optimizer steps of the run, skipped ones included
+  nlohmann::json log_ = nlohmann::json::array();
+  double total_samples_ = 0, total_train_time_ = 0, total_seconds_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"ampgrad-train: train a model with ampgrad"};
+  add_options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  apply_preset(app, o);
+  try {
+    configure_process(o);
+    ag::Lite lite(lite_options(o));
+    start_run(lite, o);
+    Training run(lite, o, load_workload(lite, o));
+    run.refuse_to_overwrite_checkpoints();
+    run.resume_if_asked();
+    run.train_epochs();
+    if (!lite.is_global_zero()) return 0;  // the summary, the sample and the JSON are rank 0's
+    run.print_summary();
+    run.print_sample();
+    run.write_json();
     return 0;
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
