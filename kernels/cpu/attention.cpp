@@ -579,129 +579,219 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ma
   });
 }
 
+// The operands of one backward call, and what every batch entry reads of them.
+template <class T>
+struct BackwardCall {
+  using A = acc_type_t<T>;
+  const Tensor &grad_out, &q, &k, &v, &mask, &out, &lse;
+  const AttentionParams& p;
+  const Tensor &grad_q, &grad_k, &grad_v;
+  const Dims& d;
+  bool drop = p.dropout_p > 0;
+  int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
+  const A* lse_base = static_cast<const A*>(lse.raw_data());
+};
+
+// One thread's buffers: the widened and packed operands, D_i = rowsum(dO * O) of an entry,
+// its gradients in A, and one tile's probabilities (pt), dS, dropout factors (z) and
+// dropout(P) (pd).
+template <class A>
+struct BackwardWork {
+  Widened<A> w;
+  std::vector<A> di, dq, dk, dv;
+  std::vector<A> pt, ds, z, pd;
+  BackwardWork(const Dims& d, bool drop)
+      : di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv)),
+        pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), pd(drop ? size_t(kBr * kBc) : 0) {}
+};
+
+// One batch entry of the backward: the forward's Entry (q, k and their packed forms) plus
+// v^T and dO, as rows (the widened path) or bfloat16 rows (the direct one), packed or not.
+template <class A>
+struct BackwardEntry {
+  Entry<A> e;
+  Rows<A> vt{nullptr, 0}, go{nullptr, 0};
+  Rows<BFloat16> go16{nullptr, 0};
+  const Bf16Pairs *vtp = nullptr, *gop = nullptr;
+};
+
+// Entry b with the operands read as bfloat16 rows in place and packed (direct_bf16), and its D_i.
+template <class T, class A = acc_type_t<T>>
+BackwardEntry<A> load_entry_bf16(const BackwardCall<T>& c, int64_t b, BackwardWork<A>& w) {
+  const Dims& d = c.d;
+  BackwardEntry<A> be{{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc,
+                       A(c.p.scale)}};
+  const Rows<BFloat16> q16 = rows16<T>(c.q, b), k16 = rows16<T>(c.k, b), v16 = rows16<T>(c.v, b),
+                       o16 = rows16<T>(c.out, b);
+  be.go16 = rows16<T>(c.grad_out, b);
+  be.e.q16 = q16;
+  w.w.qp.pack(q16.p, q16.ld, d.Tq, d.D);
+  w.w.ktp.pack_transposed(k16.p, k16.ld, d.Tk, d.D);
+  w.w.kp.pack(k16.p, k16.ld, d.Tk, d.D);
+  w.w.vtp.pack_transposed(v16.p, v16.ld, d.Tk, d.Dv);
+  w.w.gop.pack(be.go16.p, be.go16.ld, d.Tq, d.Dv);
+  be.e.qp = &w.w.qp, be.e.ktp = &w.w.ktp, be.e.kp = &w.w.kp, be.vtp = &w.w.vtp, be.gop = &w.w.gop;
+  for (int64_t i = 0; i < d.Tq; ++i) {
+    const BFloat16* gr = be.go16.p + i * be.go16.ld;
+    const BFloat16* orow = o16.p + i * o16.ld;
+    w.di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t col) { return A(float(gr[col])) * A(float(orow[col])); });
+  }
+  return be;
+}
+
+// Entry b with the operands widened to A where they are not already rows of A, k and v
+// transposed, packed where the products take bfloat16 pairs (pack_for), and its D_i.
+template <class T, class A = acc_type_t<T>>
+BackwardEntry<A> load_entry_widened(const BackwardCall<T>& c, int64_t b, BackwardWork<A>& w) {
+  const Dims& d = c.d;
+  BackwardEntry<A> be{{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc,
+                       A(c.p.scale)}};
+  Entry<A>& e = be.e;
+  e.q = entry_rows<T>(c.q, b, w.w.q), e.k = entry_rows<T>(c.k, b, w.w.k), e.v = entry_rows<T>(c.v, b, w.w.v);
+  e.kt = transposed(e.k, d.Tk, d.D, w.w.kt);
+  be.vt = transposed(e.v, d.Tk, d.Dv, w.w.vt);
+  be.go = entry_rows<T>(c.grad_out, b, w.w.go);
+  const Rows<A> o = entry_rows<T>(c.out, b, w.w.o);
+  e.qp = pack_for<T>(e.q, d.Tq, d.D, w.w.qp);
+  e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.w.ktp);
+  e.kp = pack_for<T>(e.k, d.Tk, d.D, w.w.kp);
+  be.vtp = pack_for<T>(be.vt, d.Dv, d.Tk, w.w.vtp), be.gop = pack_for<T>(be.go, d.Tq, d.Dv, w.w.gop);
+  for (int64_t i = 0; i < d.Tq; ++i) {
+    const A* gr = be.go.p + i * be.go.ld;
+    const A* orow = o.p + i * o.ld;
+    w.di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t col) { return gr[col] * orow[col]; });
+  }
+  return be;
+}
+
+// The tile of queries i0.. (rows of them) and keys j0.. (cols) of batch entry b, and where
+// the causal diagonal cuts it: across it each product runs in stripes over what the stripe sees.
+struct BackwardTile {
+  int64_t b, i0, rows, j0, cols;
+  Diagonal dg;
+};
+
+// The tile's probabilities P into w.pt (recomputed from the scores and the saved lse), and
+// with dropout its factors into w.z and dropout(P) into w.pd.
+template <class T, class A>
+void tile_probabilities(const BackwardCall<T>& c, const BackwardEntry<A>& be, const BackwardTile& t,
+                        BackwardWork<A>& w) {
+  score_tile(be.e, c.d, c.p.causal, t.i0, t.rows, t.j0, t.cols, w.pt.data());
+  if (c.drop) dropout_tile(c.p, c.d, t.b, t.i0, t.rows, t.j0, t.cols, w.z.data());
+  RowArgs<A> ra{t.rows, t.cols, w.pt.data(), c.drop ? w.z.data() : nullptr};
+  ra.off = t.dg.off, ra.cut = t.dg.cut;
+  ra.lse = c.lse_base + t.b * c.d.Tq + t.i0;
+  ra.pd = w.pd.data();
+  run_rows(RowStep::Probabilities, ra);
+}
+
+// dV_j += dropout(P)^T dO_i
+template <class T, class A>
+void add_value_grad(const BackwardCall<T>& c, const BackwardEntry<A>& be, const BackwardTile& t, BackwardWork<A>& w) {
+  const A* pv = c.drop ? w.pd.data() : w.pt.data();
+  t.dg.key_stripes(t.rows, t.cols, [&](int64_t c0, int64_t c1, int64_t r) {
+    if (r < t.rows)
+      product(true, c1 - c0, c.d.Dv, t.rows - r, A(1), pv + r * kBc + c0, kBc, be.go, be.gop, t.i0 + r, 0, A(1),
+              w.dv.data() + (t.j0 + c0) * c.d.Dv, c.d.Dv);
+  });
+}
+
+// dS = P * (dropout(dP) - D_i) into w.ds, from dP = dO_i V_j^T (0 where unseen).
+template <class T, class A>
+void tile_score_grad(const BackwardCall<T>& c, const BackwardEntry<A>& be, const BackwardTile& t, BackwardWork<A>& w) {
+  const Rows<A>& go = be.go;
+  const Rows<BFloat16>& go16 = be.go16;
+  t.dg.query_stripes(t.rows, t.cols, [&](int64_t r0, int64_t r1, int64_t n) {
+    if (n > 0)
+      product(false, r1 - r0, n, c.d.Dv, A(1), go.p ? go.p + (t.i0 + r0) * go.ld : nullptr, go.ld, be.vt, be.vtp, 0,
+              t.j0, A(0), w.ds.data() + r0 * kBc, kBc,
+              go16.p ? Rows<BFloat16>{go16.p + (t.i0 + r0) * go16.ld, go16.ld} : go16);
+    // ScoreGrad reads each row up to its span (row_span: the keys it sees, rounded up
+    // to whole vectors) and zeroes the rest itself; only a span past n is filled here.
+    const int64_t upto = std::min(t.cols, (n + kLanes - 1) / kLanes * kLanes);
+    for (int64_t r = r0; r < r1 && n < upto; ++r) std::fill_n(w.ds.data() + r * kBc + n, upto - n, A(0));
+  });
+  RowArgs<A> rg{t.rows, t.cols, w.ds.data(), c.drop ? w.z.data() : nullptr};
+  rg.off = t.dg.off, rg.cut = t.dg.cut;
+  rg.p = w.pt.data();
+  rg.di = w.di.data() + t.i0;
+  run_rows(RowStep::ScoreGrad, rg);
+}
+
+// dq_i += dS K_j (scaled when stored), dK_j += scale dS^T q_i
+template <class T, class A>
+void add_query_key_grads(const BackwardCall<T>& c, const BackwardEntry<A>& be, const BackwardTile& t,
+                         BackwardWork<A>& w) {
+  const Entry<A>& e = be.e;
+  t.dg.query_stripes(t.rows, t.cols, [&](int64_t r0, int64_t r1, int64_t n) {
+    if (n > 0)
+      product(false, r1 - r0, c.d.D, n, A(1), w.ds.data() + r0 * kBc, kBc, e.k, e.kp, t.j0, 0, A(1),
+              w.dq.data() + (t.i0 + r0) * c.d.D, c.d.D);
+  });
+  t.dg.key_stripes(t.rows, t.cols, [&](int64_t c0, int64_t c1, int64_t r) {
+    if (r < t.rows)
+      product(true, c1 - c0, c.d.D, t.rows - r, e.scale, w.ds.data() + r * kBc + c0, kBc, e.q, e.qp, t.i0 + r, 0,
+              A(1), w.dk.data() + (t.j0 + c0) * c.d.D, c.d.D);
+  });
+}
+
+// Entry b's dq, dK and dV in w, tile by tile: key blocks outside, query blocks inside.
+template <class T, class A>
+void accumulate_gradients(const BackwardCall<T>& c, int64_t b, const BackwardEntry<A>& be, BackwardWork<A>& w) {
+  const Dims& d = c.d;
+  std::fill(w.dq.begin(), w.dq.end(), A(0));
+  std::fill(w.dk.begin(), w.dk.end(), A(0));
+  std::fill(w.dv.begin(), w.dv.end(), A(0));
+  for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc) {
+    const int64_t cols = std::min(kBc, d.Tk - j0);
+    // causal: query blocks that end before key j0 see none of this block's keys
+    for (int64_t i0 = c.p.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
+      const int64_t rows = std::min(kBr, d.Tq - i0);
+      const BackwardTile t{b, i0, rows, j0, cols, Diagonal(c.p.causal, i0, j0, cols)};
+      tile_probabilities(c, be, t, w);
+      add_value_grad(c, be, t, w);
+      tile_score_grad(c, be, t, w);
+      add_query_key_grads(c, be, t, w);
+    }
+  }
+}
+
+// One gradient of entry b, times mul, stored by its strides (unit-stride rows,
+// Backend::attention_backward); nothing for an undefined g. Rows far apart (a split
+// projection's heads: 128 bytes every 2304) are prefetched for writing eight rows ahead;
+// without it their stores cost more than the cat they save.
+template <class T, class A>
+void store_gradient(const Tensor& g, int64_t b, std::vector<A>& buf, int64_t rows, int64_t cols, A mul) {
+  if (!g.defined()) return;
+  if (mul != A(1))
+    for (A& x : buf) x *= mul;
+  constexpr int64_t sz = int64_t(sizeof(T));
+  char* base = static_cast<char*>(g.raw_data()) + batch_offset(g, b) * sz;
+  const int64_t rs = g.stride(-2);
+  if (rs == cols) return store_acc<T>(buf.data(), base, sz, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r + 8 < rows)
+      for (int64_t byte = 0; byte < cols * sz; byte += 64) __builtin_prefetch(base + (r + 8) * rs * sz + byte, 1, 3);
+    store_acc<T>(buf.data() + r * cols, base + r * rs * sz, sz, cols);
+  }
+}
+
 template <class T>
 void backward(const Tensor& grad_out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
               const Tensor& out, const Tensor& lse, const AttentionParams& p, const Tensor& grad_q,
               const Tensor& grad_k, const Tensor& grad_v, const Dims& d) {
   using A = acc_type_t<T>;
-  const bool drop = p.dropout_p > 0;
-  const int64_t mr = mask.defined() ? mask.stride(-2) : 0, mc = mask.defined() ? mask.stride(-1) : 0;
-  const A* lse_base = static_cast<const A*>(lse.raw_data());
+  const BackwardCall<T> c{grad_out, q, k, v, mask, out, lse, p, grad_q, grad_k, grad_v, d};
   const bool direct = direct_bf16<T>(d, p.causal, {&q, &k, &v, &grad_out, &out});
   parallel_for(0, d.N, d.grain(), [&](int64_t b0, int64_t b1) {
     const std::optional<Bf16TileScope> tiles = bf16_tiles<T>();
-    Widened<A> w;
-    std::vector<A> di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv));
-    std::vector<A> pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0),
-        pd(drop ? size_t(kBr * kBc) : 0);
+    BackwardWork<A> w(d, c.drop);
     for (int64_t b = b0; b < b1; ++b) {
-      Entry<A> e{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(mask, b), mr, mc, A(p.scale)};
-      Rows<A> vt{nullptr, 0}, go{nullptr, 0};
-      Rows<BFloat16> go16{nullptr, 0};
-      const Bf16Pairs *vtp = nullptr, *gop = nullptr;
-      if (direct) {
-        const Rows<BFloat16> q16 = rows16<T>(q, b), k16 = rows16<T>(k, b), v16 = rows16<T>(v, b),
-                             o16 = rows16<T>(out, b);
-        go16 = rows16<T>(grad_out, b);
-        e.q16 = q16;
-        w.qp.pack(q16.p, q16.ld, d.Tq, d.D);
-        w.ktp.pack_transposed(k16.p, k16.ld, d.Tk, d.D);
-        w.kp.pack(k16.p, k16.ld, d.Tk, d.D);
-        w.vtp.pack_transposed(v16.p, v16.ld, d.Tk, d.Dv);
-        w.gop.pack(go16.p, go16.ld, d.Tq, d.Dv);
-        e.qp = &w.qp, e.ktp = &w.ktp, e.kp = &w.kp, vtp = &w.vtp, gop = &w.gop;
-        for (int64_t i = 0; i < d.Tq; ++i) {
-          const BFloat16* gr = go16.p + i * go16.ld;
-          const BFloat16* orow = o16.p + i * o16.ld;
-          di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return A(float(gr[c])) * A(float(orow[c])); });
-        }
-      } else {
-        e.q = entry_rows<T>(q, b, w.q), e.k = entry_rows<T>(k, b, w.k), e.v = entry_rows<T>(v, b, w.v);
-        e.kt = transposed(e.k, d.Tk, d.D, w.kt);
-        vt = transposed(e.v, d.Tk, d.Dv, w.vt);
-        go = entry_rows<T>(grad_out, b, w.go);
-        const Rows<A> o = entry_rows<T>(out, b, w.o);
-        e.qp = pack_for<T>(e.q, d.Tq, d.D, w.qp);
-        e.ktp = pack_for<T>(e.kt, d.D, d.Tk, w.ktp);
-        e.kp = pack_for<T>(e.k, d.Tk, d.D, w.kp);
-        vtp = pack_for<T>(vt, d.Dv, d.Tk, w.vtp), gop = pack_for<T>(go, d.Tq, d.Dv, w.gop);
-        for (int64_t i = 0; i < d.Tq; ++i) {
-          const A* gr = go.p + i * go.ld;
-          const A* orow = o.p + i * o.ld;
-          di[size_t(i)] = lane_sum<A>(d.Dv, [&](int64_t c) { return gr[c] * orow[c]; });
-        }
-      }
-      std::fill(dq.begin(), dq.end(), A(0));
-      std::fill(dk.begin(), dk.end(), A(0));
-      std::fill(dv.begin(), dv.end(), A(0));
-      const A* lse_b = lse_base + b * d.Tq;
-      for (int64_t j0 = 0; j0 < d.Tk; j0 += kBc) {
-        const int64_t cols = std::min(kBc, d.Tk - j0);
-        // causal: query blocks that end before key j0 see none of this block's keys
-        for (int64_t i0 = p.causal ? j0 / kBr * kBr : 0; i0 < d.Tq; i0 += kBr) {
-          const int64_t rows = std::min(kBr, d.Tq - i0);
-          score_tile(e, d, p.causal, i0, rows, j0, cols, pt.data());
-          if (drop) dropout_tile(p, d, b, i0, rows, j0, cols, z.data());
-          // Across the diagonal each product runs in stripes over what the stripe sees.
-          const Diagonal dg(p.causal, i0, j0, cols);
-          RowArgs<A> ra{rows, cols, pt.data(), drop ? z.data() : nullptr};
-          ra.off = dg.off, ra.cut = dg.cut;
-          ra.lse = lse_b + i0;
-          ra.pd = pd.data();
-          run_rows(RowStep::Probabilities, ra);  // P, and dropout(P) into pd
-          const A* pv = drop ? pd.data() : pt.data();
-          dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dV_j += dropout(P)^T dO_i
-            if (r < rows)
-              product(true, c1 - c0, d.Dv, rows - r, A(1), pv + r * kBc + c0, kBc, go, gop, i0 + r, 0, A(1),
-                      dv.data() + (j0 + c0) * d.Dv, d.Dv);
-          });
-          dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dP = dO_i V_j^T, 0 where unseen
-            if (n > 0)
-              product(false, r1 - r0, n, d.Dv, A(1), go.p ? go.p + (i0 + r0) * go.ld : nullptr, go.ld, vt, vtp, 0, j0, A(0),
-                      ds.data() + r0 * kBc, kBc,
-                      go16.p ? Rows<BFloat16>{go16.p + (i0 + r0) * go16.ld, go16.ld} : go16);
-            // ScoreGrad reads each row up to its span (row_span: the keys it sees, rounded up
-            // to whole vectors) and zeroes the rest itself; only a span past n is filled here.
-            const int64_t upto = std::min(cols, (n + kLanes - 1) / kLanes * kLanes);
-            for (int64_t r = r0; r < r1 && n < upto; ++r) std::fill_n(ds.data() + r * kBc + n, upto - n, A(0));
-          });
-          RowArgs<A> rg{rows, cols, ds.data(), drop ? z.data() : nullptr};
-          rg.off = dg.off, rg.cut = dg.cut;
-          rg.p = pt.data();
-          rg.di = di.data() + i0;
-          run_rows(RowStep::ScoreGrad, rg);  // dS = P * (dropout(dP) - D_i)
-          dg.query_stripes(rows, cols, [&](int64_t r0, int64_t r1, int64_t n) {  // dq_i += dS K_j (scaled when stored)
-            if (n > 0)
-              product(false, r1 - r0, d.D, n, A(1), ds.data() + r0 * kBc, kBc, e.k, e.kp, j0, 0, A(1),
-                      dq.data() + (i0 + r0) * d.D, d.D);
-          });
-          dg.key_stripes(rows, cols, [&](int64_t c0, int64_t c1, int64_t r) {  // dK_j += scale dS^T q_i
-            if (r < rows)
-              product(true, c1 - c0, d.D, rows - r, e.scale, ds.data() + r * kBc + c0, kBc, e.q, e.qp, i0 + r, 0, A(1),
-                      dk.data() + (j0 + c0) * d.D, d.D);
-          });
-        }
-      }
-      // Each gradient's rows by its strides (unit-stride rows, Backend::attention_backward).
-      // Rows far apart (a split projection's heads: 128 bytes every 2304) are prefetched for
-      // writing eight rows ahead; without it their stores cost more than the cat they save.
-      const auto store = [&](const Tensor& g, std::vector<A>& buf, int64_t rows, int64_t cols, A mul) {
-        if (!g.defined()) return;
-        if (mul != A(1))
-          for (A& x : buf) x *= mul;
-        constexpr int64_t sz = int64_t(sizeof(T));
-        char* base = static_cast<char*>(g.raw_data()) + batch_offset(g, b) * sz;
-        const int64_t rs = g.stride(-2);
-        if (rs == cols) return store_acc<T>(buf.data(), base, sz, rows * cols);
-        for (int64_t r = 0; r < rows; ++r) {
-          if (r + 8 < rows)
-            for (int64_t byte = 0; byte < cols * sz; byte += 64) __builtin_prefetch(base + (r + 8) * rs * sz + byte, 1, 3);
-          store_acc<T>(buf.data() + r * cols, base + r * rs * sz, sz, cols);
-        }
-      };
-      store(grad_q, dq, d.Tq, d.D, A(p.scale));
-      store(grad_k, dk, d.Tk, d.D, A(1));
-      store(grad_v, dv, d.Tk, d.Dv, A(1));
+      const BackwardEntry<A> be = direct ? load_entry_bf16(c, b, w) : load_entry_widened(c, b, w);
+      accumulate_gradients(c, b, be, w);
+      store_gradient<T>(grad_q, b, w.dq, d.Tq, d.D, A(p.scale));
+      store_gradient<T>(grad_k, b, w.dk, d.Tk, d.D, A(1));
+      store_gradient<T>(grad_v, b, w.dv, d.Tk, d.Dv, A(1));
     }
   });
 }
