@@ -440,23 +440,18 @@ struct ExtremumReducer {
 
 // ---- the driver ---------------------------------------------------------------------------
 
-// Runs `red` over the plan; sink(o, state) receives each output's final state, o being the
-// flat (row-major) index of the output among the kept dims.
-template <class T, class A, class Red, class Sink>
-void run_reduce(const ReduceLayout& p, const Red& red, const Sink& sink) {
-  using State = typename Red::State;
-  if (p.M == 0) return;
-  if (p.R == 0) {
-    for (int64_t o = 0; o < p.M; ++o) sink(o, red.init(o));
-    return;
-  }
-  // Groups of outputs reduced together: one output (rows), or a block of up to W outputs
-  // along the contiguous kept dim `col` (columns). `others` are the remaining kept dims,
-  // with their strides in x and in the (contiguous) output.
-  const bool columns = p.col >= 0;
-  std::vector<int64_t> osz, ost_x, ost_o;
-  int64_t I = 1, col_ostride = 1;
-  {
+// Groups of outputs reduced together: one output (rows), or a block of up to W outputs
+// along the contiguous kept dim `col` (columns); each group's reduced range is split in K
+// parts. `others` are the remaining kept dims, with their strides in x and in the
+// (contiguous) output.
+struct ReduceGroups {
+  bool columns = false;
+  std::vector<int64_t> osz, ost_x, ost_o;  // the other kept dims: sizes, strides in x and in the output
+  int64_t I = 1, col_ostride = 1;          // the columns dim: its size and output stride
+  int64_t W = 1, nblk = 1, G = 1;          // outputs per group, groups per row of columns, groups
+  int64_t K = 1, per_task = 1;             // parts of a group's reduced range, elements per task
+
+  explicit ReduceGroups(const ReduceLayout& p) : columns(p.col >= 0) {
     int64_t ostride = 1;
     std::vector<int64_t> out_strides(p.ksz.size());
     for (size_t d = p.ksz.size(); d-- > 0;) out_strides[d] = ostride, ostride *= p.ksz[d];
@@ -470,84 +465,141 @@ void run_reduce(const ReduceLayout& p, const Red& red, const Sink& sink) {
         ost_o.push_back(out_strides[d]);
       }
     }
+    W = columns ? std::min(I, kColBlock) : 1;
+    nblk = (I + W - 1) / W;
+    G = p.M / I * nblk;
+    // Split the reduced range when there are few groups: enough tasks for 64 threads, each
+    // of at least 64K elements and 128 reduced indices (the partial states of a split cost
+    // a State per output, which must stay small next to the input it sums).
+    K = std::clamp<int64_t>(std::min({(64 + G - 1) / G, W * p.R / 65536, p.R / 128}), 1, p.R);
+    per_task = std::max<int64_t>(1, W * p.R / K);
   }
-  const int64_t W = columns ? std::min(I, kColBlock) : 1;
-  const int64_t nblk = (I + W - 1) / W;
-  const int64_t G = p.M / I * nblk;
-  // Split the reduced range when there are few groups: enough tasks for 64 threads, each
-  // of at least 64K elements and 128 reduced indices (the partial states of a split cost
-  // a State per output, which must stay small next to the input it sums).
-  const int64_t K = std::clamp<int64_t>(std::min({(64 + G - 1) / G, W * p.R / 65536, p.R / 128}), 1, p.R);
-  std::vector<State> part(K > 1 ? size_t(G * K * W) : 0);
-  const int64_t per_task = std::max<int64_t>(1, W * p.R / K);
+  // Group g's outputs in this many columns (W but at the end of a row of columns).
+  int64_t width(int64_t g) const { return std::min(W, I - g % nblk * W); }
+  // The flat index of output j of group g.
+  int64_t output(int64_t g, int64_t j) const {
+    return offset_of(g / nblk, osz, ost_o, osz.size()) + (g % nblk * W + j) * col_ostride;
+  }
+  // Group g's first element in x.
+  const char* input(const ReduceLayout& p, int64_t g) const {
+    return p.base + offset_of(g / nblk, osz, ost_x, osz.size()) + g % nblk * W * p.item;
+  }
+};
 
-  parallel_for(0, G * K, std::max<int64_t>(1, kGrain / per_task), [&](int64_t tb, int64_t te) {
-    std::vector<State> st(static_cast<size_t>(W));
-    // Per-column accumulators (tens of KB): on the heap, once per thread's range of tasks.
-    const std::unique_ptr<typename Red::Block> blk(columns ? new typename Red::Block : nullptr);
-    const std::unique_ptr<A[]> buf_owner(new A[size_t(std::max(kChunk, 4 * W))]);  // not vector<bool>
-    A* buf = buf_owner.get();
-    for (int64_t t = tb; t < te; ++t) {
-      const int64_t g = t / K, k = t % K;
-      const int64_t oo = g / nblk, cb = g % nblk;
-      const int64_t w = std::min(W, I - cb * W);
-      const char* base = p.base + offset_of(oo, osz, ost_x, osz.size()) + cb * W * p.item;
-      const int64_t o0 = offset_of(oo, osz, ost_o, osz.size()) + cb * W * col_ostride;
-      const int64_t r0 = p.R * k / K, r1 = p.R * (k + 1) / K;
-      for (int64_t j = 0; j < w; ++j) st[j] = red.init(o0 + j * col_ostride);
-      if (!columns) {
-        for_runs(p, base, r0, r1, [&](const char* ptr, int64_t s, int64_t n, int64_t i0) {
-          if constexpr (std::is_same_v<T, A>) {
-            if (s == int64_t(sizeof(T))) return red.run(st[0], reinterpret_cast<const A*>(ptr), n, i0);
-          }
-          for (int64_t i = 0; i < n; i += kChunk) {
-            const int64_t m = std::min(kChunk, n - i);
-            load_acc<T, A>(ptr + i * s, s, buf, m);
-            red.run(st[0], buf, m, i0 + i);
-          }
-        });
-      } else {
-        red.block_init(*blk, st.data(), w);
-        int64_t steps = 0;
-        for_runs(p, base, r0, r1, [&](const char* ptr, int64_t s, int64_t n, int64_t i0) {
-          for (int64_t i = 0; i < n;) {
-            const int nv = n - i >= 4 ? 4 : 1;
-            const A* v[4];
-            if constexpr (!std::is_same_v<T, A>) load_acc_rows<T, A>(ptr + i * s, s, p.item, buf, nv, w);
-            for (int q = 0; q < nv; ++q) {
-              if constexpr (std::is_same_v<T, A>) v[q] = reinterpret_cast<const A*>(ptr + (i + q) * s);
-              else v[q] = buf + q * w;
-            }
-            red.block_step(*blk, v, nv, w, i0 + i);
-            i += nv;
-            if ((steps += nv) >= kColRows) {
-              red.block_flush(*blk, st.data(), w);
-              steps = 0;
-            }
-          }
-        });
-        if (steps) red.block_flush(*blk, st.data(), w);
+// One thread's states (a group's outputs), column accumulators and widening buffer.
+template <class A, class Red>
+struct ReduceScratch {
+  std::vector<typename Red::State> st;
+  // Per-column accumulators (tens of KB): on the heap, once per thread's range of tasks.
+  std::unique_ptr<typename Red::Block> blk;
+  std::unique_ptr<A[]> buf_owner;  // not vector<bool>
+  A* buf;
+  explicit ReduceScratch(const ReduceGroups& gr)
+      : st(static_cast<size_t>(gr.W)), blk(gr.columns ? new typename Red::Block : nullptr),
+        buf_owner(new A[size_t(std::max(kChunk, 4 * gr.W))]), buf(buf_owner.get()) {}
+};
+
+// Reduced indices r0..r1 of the one output at base into st (the rows layout): contiguous
+// runs of A in place, the rest widened kChunk elements at a time.
+template <class T, class A, class Red>
+void reduce_rows(const ReduceLayout& p, const Red& red, const char* base, int64_t r0, int64_t r1,
+                 typename Red::State& st, A* buf) {
+  for_runs(p, base, r0, r1, [&](const char* ptr, int64_t s, int64_t n, int64_t i0) {
+    if constexpr (std::is_same_v<T, A>) {
+      if (s == int64_t(sizeof(T))) return red.run(st, reinterpret_cast<const A*>(ptr), n, i0);
+    }
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      load_acc<T, A>(ptr + i * s, s, buf, m);
+      red.run(st, buf, m, i0 + i);
+    }
+  });
+}
+
+// Reduced indices r0..r1 of the w outputs at base into sc.st (the columns layout): four rows
+// at a time through the block accumulators, flushed into the states every kColRows rows.
+template <class T, class A, class Red>
+void reduce_columns(const ReduceLayout& p, const Red& red, const char* base, int64_t r0, int64_t r1, int64_t w,
+                    ReduceScratch<A, Red>& sc) {
+  typename Red::Block& blk = *sc.blk;
+  A* buf = sc.buf;
+  red.block_init(blk, sc.st.data(), w);
+  int64_t steps = 0;
+  for_runs(p, base, r0, r1, [&](const char* ptr, int64_t s, int64_t n, int64_t i0) {
+    for (int64_t i = 0; i < n;) {
+      const int nv = n - i >= 4 ? 4 : 1;
+      const A* v[4];
+      if constexpr (!std::is_same_v<T, A>) load_acc_rows<T, A>(ptr + i * s, s, p.item, buf, nv, w);
+      for (int q = 0; q < nv; ++q) {
+        if constexpr (std::is_same_v<T, A>) v[q] = reinterpret_cast<const A*>(ptr + (i + q) * s);
+        else v[q] = buf + q * w;
       }
-      if (K == 1) {
-        for (int64_t j = 0; j < w; ++j) sink(o0 + j * col_ostride, st[j]);
-      } else {
-        for (int64_t j = 0; j < w; ++j) part[size_t((g * K + k) * W + j)] = st[j];
+      red.block_step(blk, v, nv, w, i0 + i);
+      i += nv;
+      if ((steps += nv) >= kColRows) {
+        red.block_flush(blk, sc.st.data(), w);
+        steps = 0;
       }
     }
   });
-  if (K == 1) return;
-  // The partial states join in order, the outputs spread over the threads (each sink call
-  // writes its own output).
-  parallel_for(0, G * W, std::max<int64_t>(1, kGrain / (4 * K)), [&](int64_t b, int64_t e) {
+  if (steps) red.block_flush(blk, sc.st.data(), w);
+}
+
+// Task t: part t % K of group t / K's reduced range, its states to the sink (K == 1) or to
+// their places in `part`.
+template <class T, class A, class Red, class Sink>
+void reduce_task(const ReduceLayout& p, const Red& red, const ReduceGroups& gr, int64_t t, ReduceScratch<A, Red>& sc,
+                 const Sink& sink, std::vector<typename Red::State>& part) {
+  const int64_t K = gr.K, W = gr.W;
+  const int64_t g = t / K, k = t % K;
+  const int64_t w = gr.width(g);
+  const char* base = gr.input(p, g);
+  const int64_t o0 = gr.output(g, 0);
+  const int64_t r0 = p.R * k / K, r1 = p.R * (k + 1) / K;
+  for (int64_t j = 0; j < w; ++j) sc.st[j] = red.init(o0 + j * gr.col_ostride);
+  if (!gr.columns) reduce_rows<T, A>(p, red, base, r0, r1, sc.st[0], sc.buf);
+  else reduce_columns<T, A>(p, red, base, r0, r1, w, sc);
+  if (K == 1) {
+    for (int64_t j = 0; j < w; ++j) sink(o0 + j * gr.col_ostride, sc.st[j]);
+  } else {
+    for (int64_t j = 0; j < w; ++j) part[size_t((g * K + k) * W + j)] = sc.st[j];
+  }
+}
+
+// The partial states join in order, the outputs spread over the threads (each sink call
+// writes its own output).
+template <class Red, class Sink>
+void merge_parts(const Red& red, const ReduceGroups& gr, const std::vector<typename Red::State>& part,
+                 const Sink& sink) {
+  const int64_t K = gr.K, W = gr.W;
+  parallel_for(0, gr.G * W, std::max<int64_t>(1, kGrain / (4 * K)), [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t g = t / W, j = t % W;
-      const int64_t oo = g / nblk, cb = g % nblk;
-      if (j >= std::min(W, I - cb * W)) continue;
-      State s = part[size_t(g * K * W + j)];
+      if (j >= gr.width(g)) continue;
+      typename Red::State s = part[size_t(g * K * W + j)];
       for (int64_t k = 1; k < K; ++k) red.merge(s, part[size_t((g * K + k) * W + j)]);
-      sink(offset_of(oo, osz, ost_o, osz.size()) + (cb * W + j) * col_ostride, s);
+      sink(gr.output(g, j), s);
     }
   });
+}
+
+// Runs `red` over the plan; sink(o, state) receives each output's final state, o being the
+// flat (row-major) index of the output among the kept dims.
+template <class T, class A, class Red, class Sink>
+void run_reduce(const ReduceLayout& p, const Red& red, const Sink& sink) {
+  using State = typename Red::State;
+  if (p.M == 0) return;
+  if (p.R == 0) {
+    for (int64_t o = 0; o < p.M; ++o) sink(o, red.init(o));
+    return;
+  }
+  const ReduceGroups gr(p);
+  std::vector<State> part(gr.K > 1 ? size_t(gr.G * gr.K * gr.W) : 0);
+  parallel_for(0, gr.G * gr.K, std::max<int64_t>(1, kGrain / gr.per_task), [&](int64_t tb, int64_t te) {
+    ReduceScratch<A, Red> sc(gr);
+    for (int64_t t = tb; t < te; ++t) reduce_task<T, A>(p, red, gr, t, sc, sink, part);
+  });
+  if (gr.K > 1) merge_parts(red, gr, part, sink);
 }
 
 // Runs `red` and writes red.result(...) converted to O into the contiguous out.
