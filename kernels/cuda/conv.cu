@@ -123,23 +123,23 @@ int pick(const Perf* perf, int n, cudnnMathType_t requested) {
   return best;
 }
 
-// x [N, C, H, W], w [OC, C / groups, KH, KW], y [N, OC, OH, OW].
-ConvPlan& get_plan(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
-                   int device, cudnnHandle_t h, const char* op) {
-  static std::mutex mu;
-  static auto* cache = new std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, KeyHash>();
-  const cudnnMathType_t math = requested_math(dt);
-  const ConvKey key{device,  int64_t(kind), int64_t(dt), int64_t(math), xs[0],        xs[1],
-                    xs[2],   xs[3],         ws[0],       ws[1],         ws[2],        ws[3],
-                    ys[2],   ys[3],         p.groups,    p.stride[0],   p.stride[1],  p.padding[0],
-                    p.padding[1], p.dilation[0], p.dilation[1], ys[0], ys[1], 0};
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache->find(key);
-  if (it != cache->end()) return *it->second;
+const char* kind_name(Kind kind) {
+  return kind == Kind::Forward ? "forward" : kind == Kind::BackwardData ? "backward-data" : "backward-filter";
+}
 
+// What makes a problem's plan: the device, kind, dtype, math, shapes and parameters.
+ConvKey conv_key(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
+                 cudnnMathType_t math, int device) {
+  return {device,  int64_t(kind), int64_t(dt), int64_t(math), xs[0],        xs[1],
+          xs[2],   xs[3],         ws[0],       ws[1],         ws[2],        ws[3],
+          ys[2],   ys[3],         p.groups,    p.stride[0],   p.stride[1],  p.padding[0],
+          p.padding[1], p.dilation[0], p.dilation[1], ys[0], ys[1], 0};
+}
+
+// The plan's descriptors of x, y, w and the convolution, asking for `math`.
+void describe_problem(ConvPlan& c, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
+                      cudnnMathType_t math, const char* op) {
   const DnnTypes t = dnn_types(dt, op);
-  auto plan = std::make_unique<ConvPlan>();
-  ConvPlan& c = *plan;
   AG_CHECK(xs.numel() <= std::numeric_limits<int>::max() && ys.numel() <= std::numeric_limits<int>::max(), op,
            "tensors of ", xs.numel(), " and ", ys.numel(), " elements are more than cuDNN takes in one call");
   AG_CUDA_CHECK(op, cudnnCreateTensorDescriptor(&c.x));
@@ -162,51 +162,49 @@ ConvPlan& get_plan(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys,
                         CUDNN_CROSS_CORRELATION, t.compute));
   AG_CUDA_CHECK(op, cudnnSetConvolutionGroupCount(c.conv, as_int(p.groups, op, "groups")));
   AG_CUDA_CHECK(op, cudnnSetConvolutionMathType(c.conv, math));
+}
 
-  int n = 0, found = 0, chosen = -1;
-  cudnnMathType_t chosen_math = math;
+// Runs rank(n, &found, perf), a cudnnGet*Algorithm_v7 call, and takes the first usable of
+// its ranking (pick): its algorithm into c.algo and the math it was ranked for into
+// chosen_math. False when none is usable.
+template <class Perf, class Rank>
+bool pick_ranked(int n, cudnnMathType_t requested, ConvPlan& c, cudnnMathType_t& chosen_math, const Rank& rank) {
+  int found = 0;
+  std::unique_ptr<Perf[]> perf(new Perf[size_t(n)]);
+  rank(n, &found, perf.get());
+  const int chosen = pick(perf.get(), found, requested);
+  if (chosen < 0) return false;
+  c.algo = int(perf[size_t(chosen)].algo);
+  chosen_math = perf[size_t(chosen)].mathType;
+  return true;
+}
+
+// The algorithm of the plan's kind that cuDNN ranks first among the usable ones (pick).
+bool choose_algorithm(Kind kind, ConvPlan& c, cudnnHandle_t h, cudnnMathType_t math, cudnnMathType_t& chosen_math,
+                      const char* op) {
+  int n = 0;
   switch (kind) {
-    case Kind::Forward: {
+    case Kind::Forward:
       AG_CUDA_CHECK(op, cudnnGetConvolutionForwardAlgorithmMaxCount(h, &n));
-      std::unique_ptr<cudnnConvolutionFwdAlgoPerf_t[]> perf(new cudnnConvolutionFwdAlgoPerf_t[size_t(n)]);
-      AG_CUDA_CHECK(op, cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, n, &found, perf.get()));
-      chosen = pick(perf.get(), found, math);
-      if (chosen >= 0) {
-        c.algo = int(perf[size_t(chosen)].algo);
-        chosen_math = perf[size_t(chosen)].mathType;
-      }
-      break;
-    }
-    case Kind::BackwardData: {
+      return pick_ranked<cudnnConvolutionFwdAlgoPerf_t>(n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
+        AG_CUDA_CHECK(op, cudnnGetConvolutionForwardAlgorithm_v7(h, c.x, c.w, c.conv, c.y, m, found, perf));
+      });
+    case Kind::BackwardData:
       AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
-      std::unique_ptr<cudnnConvolutionBwdDataAlgoPerf_t[]> perf(new cudnnConvolutionBwdDataAlgoPerf_t[size_t(n)]);
-      AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, n, &found, perf.get()));
-      chosen = pick(perf.get(), found, math);
-      if (chosen >= 0) {
-        c.algo = int(perf[size_t(chosen)].algo);
-        chosen_math = perf[size_t(chosen)].mathType;
-      }
-      break;
-    }
-    case Kind::BackwardFilter: {
+      return pick_ranked<cudnnConvolutionBwdDataAlgoPerf_t>(n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
+        AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, found, perf));
+      });
+    case Kind::BackwardFilter:
       AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
-      std::unique_ptr<cudnnConvolutionBwdFilterAlgoPerf_t[]> perf(new cudnnConvolutionBwdFilterAlgoPerf_t[size_t(n)]);
-      AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, n, &found, perf.get()));
-      chosen = pick(perf.get(), found, math);
-      if (chosen >= 0) {
-        c.algo = int(perf[size_t(chosen)].algo);
-        chosen_math = perf[size_t(chosen)].mathType;
-      }
-      break;
-    }
+      return pick_ranked<cudnnConvolutionBwdFilterAlgoPerf_t>(n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
+        AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, found, perf));
+      });
   }
-  AG_CHECK(chosen >= 0, op, "cuDNN has no ",
-           kind == Kind::Forward ? "forward" : kind == Kind::BackwardData ? "backward-data" : "backward-filter",
-           " algorithm for ", dtype_name(dt), " input of shape ", xs, " and weight of shape ", ws, " (groups ",
-           p.groups, ")");
-  // The algorithm was ranked for this math type; run it with that one, except that FMA
-  // (float32 without TF32) stays FMA.
-  if (math != CUDNN_FMA_MATH) AG_CUDA_CHECK(op, cudnnSetConvolutionMathType(c.conv, chosen_math));
+  return false;
+}
+
+// The workspace the plan's algorithm needs, into c.workspace.
+void size_workspace(Kind kind, ConvPlan& c, cudnnHandle_t h, const char* op) {
   switch (kind) {
     case Kind::Forward:
       AG_CUDA_CHECK(op, cudnnGetConvolutionForwardWorkspaceSize(h, c.x, c.w, c.conv, c.y,
@@ -223,6 +221,30 @@ ConvPlan& get_plan(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys,
                                                                        &c.workspace));
       break;
   }
+}
+
+// The plan of a problem, from the cache or built (descriptors, algorithm, workspace) and kept.
+// x [N, C, H, W], w [OC, C / groups, KH, KW], y [N, OC, OH, OW].
+ConvPlan& get_plan(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
+                   int device, cudnnHandle_t h, const char* op) {
+  static std::mutex mu;
+  static auto* cache = new std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, KeyHash>();
+  const cudnnMathType_t math = requested_math(dt);
+  const ConvKey key = conv_key(kind, xs, ws, ys, p, dt, math, device);
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(key);
+  if (it != cache->end()) return *it->second;
+
+  auto plan = std::make_unique<ConvPlan>();
+  describe_problem(*plan, xs, ws, ys, p, dt, math, op);
+  cudnnMathType_t chosen_math = math;
+  AG_CHECK(choose_algorithm(kind, *plan, h, math, chosen_math, op), op, "cuDNN has no ", kind_name(kind),
+           " algorithm for ", dtype_name(dt), " input of shape ", xs, " and weight of shape ", ws, " (groups ",
+           p.groups, ")");
+  // The algorithm was ranked for this math type; run it with that one, except that FMA
+  // (float32 without TF32) stays FMA.
+  if (math != CUDNN_FMA_MATH) AG_CUDA_CHECK(op, cudnnSetConvolutionMathType(plan->conv, chosen_math));
+  size_workspace(kind, *plan, h, op);
   return *cache->emplace(key, std::move(plan)).first->second;
 }
 
