@@ -210,10 +210,9 @@ struct Header {
   Metadata meta;
 };
 
-// Reads and checks the whole header (nothing of the data): both load() and
-// load_metadata() refuse the same files.
-Header read_header(const detail::InputFile& in, const std::string& path) {
-  const uint64_t size = in.size();
+// The header's length from the file's first 8 bytes (little-endian), checked against the
+// file's size and the format's limit.
+uint64_t read_header_length(const detail::InputFile& in, uint64_t size, const std::string& path) {
   AG_CHECK(size >= 8, "load", path, ": too short for a safetensors file (", size, " bytes)");
   unsigned char len[8];
   in.read_at(0, len, 8, "the header length");
@@ -223,6 +222,11 @@ Header read_header(const detail::InputFile& in, const std::string& path) {
   // Checked before allocating the header: a corrupt length must not ask for gigabytes.
   AG_CHECK(hlen <= kMaxHeader, "load", path, ": header length ", hlen, " is over the safetensors limit of ",
            kMaxHeader, " bytes");
+  return hlen;
+}
+
+// The header's text: an object, with no NUL byte in it.
+std::string read_header_text(const detail::InputFile& in, uint64_t hlen, const std::string& path) {
   std::string h(hlen, '\0');
   in.read_at(8, h.data(), hlen, "the header");
   AG_CHECK(!h.empty() && h[0] == '{', "load", path, ": header does not start with '{'");
@@ -231,10 +235,14 @@ Header read_header(const detail::InputFile& in, const std::string& path) {
   const size_t nul = h.find('\0');
   AG_CHECK(nul == std::string::npos, "load", path, ": malformed header: a NUL byte at offset ", nul,
            " (the padding must be spaces)");
-  // First pass (SAX, no tree): syntax, nesting depth, and names given twice, which a JSON
-  // object would silently keep the last of. The tree is built only after it passes, with
-  // no parser callback (nlohmann's callback parser rescans the enclosing object at the end
-  // of every value: 84 s for 50,000 tensors).
+  return h;
+}
+
+// The header's JSON tree. First pass (SAX, no tree): syntax, nesting depth, and names given
+// twice, which a JSON object would silently keep the last of. The tree is built only after
+// it passes, with no parser callback (nlohmann's callback parser rescans the enclosing object
+// at the end of every value, which is quadratic in the number of tensors).
+nlohmann::json parse_header(const std::string& h, const std::string& path) {
   HeaderScan scan;
   bool parsed = false;
   try {
@@ -244,68 +252,82 @@ Header read_header(const detail::InputFile& in, const std::string& path) {
   }
   AG_CHECK(scan.error.empty(), "load", path, ": malformed header: ", scan.error);
   AG_CHECK(parsed, "load", path, ": malformed header");
-  nlohmann::json header;
   try {
-    header = nlohmann::json::parse(h);
+    return nlohmann::json::parse(h);
   } catch (const std::exception& e) {
     AG_ERROR("load", path, ": malformed header: ", e.what());
   }
+}
 
-  // First the whole header is checked, then the data is read: a bad file allocates nothing.
-  const uint64_t data_size = size - 8 - hlen;
-  std::vector<Entry> entries;
-  Metadata meta;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    if (name == "__metadata__") {
-      AG_CHECK(it.value().is_object(), "load", path, ": __metadata__ is not a map of strings");
-      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
-        AG_CHECK(m.value().is_string(), "load", path, ": __metadata__ value of '", m.key(),
-                 "' is not a string: ", show(m.value()));
-        meta[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    try {
-      const auto& e = it.value();
-      const DType dt = st_dtype(e.at("dtype").get<std::string>(), path);
-      // Dims within int64 (ag's shape type), offsets any u64; both checked before use.
-      const auto dims = uints(e.at("shape"), uint64_t(INT64_MAX), path, name, "shape");
-      const auto offs = uints(e.at("data_offsets"), UINT64_MAX, path, name, "data_offsets");
-      AG_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, "load", path, ": tensor '", name,
-               "' has data offsets ", show(e.at("data_offsets")), " outside the file's ", data_size,
-               " data bytes");
-      std::vector<int64_t> shape(dims.begin(), dims.end());
-      // numel * itemsize in u64 with overflow checks: a huge shape must not wrap around to a match.
-      uint64_t nbytes = itemsize(dt);
-      bool overflow = false;
-      for (uint64_t d : dims) overflow |= __builtin_mul_overflow(nbytes, d, &nbytes);
-      AG_CHECK(!overflow && nbytes == offs[1] - offs[0], "load", path, ": tensor '", name, "' of dtype ",
-               st_name(dt), " and shape ", shape, " needs ",
-               overflow ? std::string("more than 2^64") : std::to_string(nbytes), " bytes but has ",
-               offs[1] - offs[0]);
-      entries.push_back({name, dt, std::move(shape), offs[0], offs[1]});
-    } catch (const nlohmann::json::exception& e) {
-      AG_ERROR("load", path, ": malformed entry '", name, "': ", e.what());
-    }
+// The __metadata__ entry: a map of strings, into meta.
+void read_metadata(const nlohmann::json& value, const std::string& path, Metadata& meta) {
+  AG_CHECK(value.is_object(), "load", path, ": __metadata__ is not a map of strings");
+  for (auto m = value.begin(); m != value.end(); ++m) {
+    AG_CHECK(m.value().is_string(), "load", path, ": __metadata__ value of '", m.key(), "' is not a string: ",
+             show(m.value()));
+    meta[m.key()] = m.value().get<std::string>();
   }
-  // The spec: tensors tile the data buffer exactly, in any order in the header, with no
-  // overlap (one byte read as two tensors) and no hole (bytes that belong to nothing).
+}
+
+// A tensor's entry: a known dtype, a shape and data offsets within the data_size bytes of
+// data, which hold exactly the shape's bytes.
+Entry read_entry(const std::string& name, const nlohmann::json& e, uint64_t data_size, const std::string& path) {
+  try {
+    const DType dt = st_dtype(e.at("dtype").get<std::string>(), path);
+    // Dims within int64 (ag's shape type), offsets any u64; both checked before use.
+    const auto dims = uints(e.at("shape"), uint64_t(INT64_MAX), path, name, "shape");
+    const auto offs = uints(e.at("data_offsets"), UINT64_MAX, path, name, "data_offsets");
+    AG_CHECK(offs.size() == 2 && offs[0] <= offs[1] && offs[1] <= data_size, "load", path, ": tensor '", name,
+             "' has data offsets ", show(e.at("data_offsets")), " outside the file's ", data_size, " data bytes");
+    std::vector<int64_t> shape(dims.begin(), dims.end());
+    // numel * itemsize in u64 with overflow checks: a huge shape must not wrap around to a match.
+    uint64_t nbytes = itemsize(dt);
+    bool overflow = false;
+    for (uint64_t d : dims) overflow |= __builtin_mul_overflow(nbytes, d, &nbytes);
+    AG_CHECK(!overflow && nbytes == offs[1] - offs[0], "load", path, ": tensor '", name, "' of dtype ", st_name(dt),
+             " and shape ", shape, " needs ", overflow ? std::string("more than 2^64") : std::to_string(nbytes),
+             " bytes but has ", offs[1] - offs[0]);
+    return {name, dt, std::move(shape), offs[0], offs[1]};
+  } catch (const nlohmann::json::exception& ex) {
+    AG_ERROR("load", path, ": malformed entry '", name, "': ", ex.what());
+  }
+}
+
+// Sorts the entries by offset and checks the spec's rule: tensors tile the data buffer
+// exactly, in any order in the header, with no overlap (one byte read as two tensors) and
+// no hole (bytes that belong to nothing).
+void sort_and_check_tiling(std::vector<Entry>& entries, uint64_t data_size, const std::string& path) {
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   uint64_t covered = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     AG_CHECK(e.begin >= covered, "load", path, ": tensors '", entries[i - 1].name, "' and '", e.name,
-             "' overlap: data offsets [", entries[i - 1].begin, ", ", entries[i - 1].end, ") and [", e.begin,
-             ", ", e.end, ")");
+             "' overlap: data offsets [", entries[i - 1].begin, ", ", entries[i - 1].end, ") and [", e.begin, ", ",
+             e.end, ")");
     AG_CHECK(e.begin == covered, "load", path, ": hole in the data: bytes [", covered, ", ", e.begin,
              ") belong to no tensor");
     covered = e.end;
   }
   AG_CHECK(covered == data_size, "load", path, ": hole in the data: bytes [", covered, ", ", data_size,
            ") belong to no tensor");
-  return {hlen, std::move(entries), std::move(meta)};
+}
+
+// Reads and checks the whole header (nothing of the data): both load() and
+// load_metadata() refuse the same files.
+Header read_header(const detail::InputFile& in, const std::string& path) {
+  const uint64_t size = in.size();
+  const uint64_t hlen = read_header_length(in, size, path);
+  const nlohmann::json header = parse_header(read_header_text(in, hlen, path), path);
+  // First the whole header is checked, then the data is read: a bad file allocates nothing.
+  const uint64_t data_size = size - 8 - hlen;
+  Header hd{hlen, {}, {}};
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") read_metadata(it.value(), path, hd.meta);
+    else hd.entries.push_back(read_entry(it.key(), it.value(), data_size, path));
+  }
+  sort_and_check_tiling(hd.entries, data_size, path);
+  return hd;
 }
 
 }  // namespace
