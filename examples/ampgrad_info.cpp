@@ -30,13 +30,15 @@ std::string cpu_flags(const hw::CpuFeatures& f) {
 
 const char* yes_no(bool b) { return b ? "yes" : "no"; }
 
-void print_report(const hw::HardwareProfile& p, const std::string& title) {
+void print_build(const hw::HardwareProfile& p, const std::string& title) {
   std::printf("ampgrad %s hardware report: %s\n\n", AMPGRAD_VERSION_STRING, title.c_str());
   std::printf("build   oneDNN %s, CUDA %s\n\n", p.built_with_onednn ? "on" : "off",
               p.cuda_emulated     ? "emulated (kernels run on the CPU, -DAMPGRAD_CUDA=EMULATE)"
               : p.built_with_cuda ? "built"
                                   : "not built");
+}
 
+void print_cpu(const hw::HardwareProfile& p) {
   const auto& c = p.cpu;
   std::printf("cpu     %s\n", c.model_name.empty() ? "(unknown model)" : c.model_name.c_str());
   std::printf("        vendor %s, %d logical cores\n", c.vendor.empty() ? "(unknown)" : c.vendor.c_str(),
@@ -45,62 +47,75 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
   std::printf("        oneDNN ISA %s\n", p.onednn_isa.c_str());
   std::printf("        vector math %s%s\n\n", p.vector_math_isa.c_str(),
               p.vector_math_isa == "none" ? " (scalar functors)" : " (SLEEF: exp, log, log1p, tanh, pow; our erfc on its exp)");
+}
 
+void print_cuda_devices(const hw::HardwareProfile& p) {
   if (p.cuda.empty()) {
     std::printf("cuda    no CUDA device (%s)\n\n",
                 p.built_with_cuda ? "the CUDA runtime found no GPU or no driver"
                                   : "ampgrad was built without CUDA");
-  } else {
-    for (const auto& d : p.cuda) {
-      std::printf("%-8s%s\n", ("cuda:" + std::to_string(d.index)).c_str(), d.name.c_str());
-      if (p.cuda_emulated)
-        std::printf("        cuda: emulated on the CPU, as this GPU (AMPGRAD_CUDA_EMULATOR_DEVICE: sm_90 or sm_80)\n");
-      std::printf("        compute capability %s, %.1f GiB, %d SMs\n", d.compute_capability().c_str(),
-                  double(d.total_memory) / double(size_t(1) << 30), d.sm_count);
-      std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n",
-                  yes_no(d.fp16_tensor_cores()), yes_no(d.bf16_native()), yes_no(d.tf32()),
-                  yes_no(d.fp8()));
-    }
-    std::printf("\n");
+    return;
   }
+  for (const auto& d : p.cuda) {
+    std::printf("%-8s%s\n", ("cuda:" + std::to_string(d.index)).c_str(), d.name.c_str());
+    if (p.cuda_emulated)
+      std::printf("        cuda: emulated on the CPU, as this GPU (AMPGRAD_CUDA_EMULATOR_DEVICE: sm_90 or sm_80)\n");
+    std::printf("        compute capability %s, %.1f GiB, %d SMs\n", d.compute_capability().c_str(),
+                double(d.total_memory) / double(size_t(1) << 30), d.sm_count);
+    std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n",
+                yes_no(d.fp16_tensor_cores()), yes_no(d.bf16_native()), yes_no(d.tf32()),
+                yes_no(d.fp8()));
+  }
+  std::printf("\n");
+}
 
+// The devices the verdicts are given for: the CPU and each GPU, or cuda:0 where there is none.
+std::vector<ag::Device> report_devices(const hw::HardwareProfile& p) {
   std::vector<ag::Device> devices = {ag::Device(ag::kCPU)};
   if (p.cuda.empty())
     devices.emplace_back(ag::kCUDA, 0);  // shows why CUDA is unsupported
   else
     for (const auto& d : p.cuda) devices.emplace_back(ag::kCUDA, d.index);
-  const ag::DType dtypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64};
+  return devices;
+}
 
+constexpr ag::DType kReportDtypes[] = {ag::kFloat32, ag::kFloat16, ag::kBFloat16, ag::kFloat64};
+
+// Identical GPUs (same name and compute capability) share cuda:0's reasons.
+bool same_as_cuda0(const hw::HardwareProfile& p, const ag::Device& dev) {
+  return dev.is_cuda() && dev.index > 0 && size_t(dev.index) < p.cuda.size() &&
+         p.cuda[size_t(dev.index)].name == p.cuda[0].name && p.cuda[size_t(dev.index)].cc() == p.cuda[0].cc();
+}
+
+// The verdict table (device by dtype), then each verdict's reason.
+void print_verdicts(const hw::HardwareProfile& p, const std::vector<ag::Device>& devices) {
   std::printf("%-8s", "verdict");
-  for (auto dt : dtypes) std::printf(" %-12s", ag::dtype_name(dt));
+  for (auto dt : kReportDtypes) std::printf(" %-12s", ag::dtype_name(dt));
   std::printf("\n");
   for (const auto& dev : devices) {
     std::printf("%-8s", dev.str().c_str());
-    for (auto dt : dtypes) std::printf(" %-12s", hw::support_name(hw::verdict(p, dev, dt).support));
+    for (auto dt : kReportDtypes) std::printf(" %-12s", hw::support_name(hw::verdict(p, dev, dt).support));
     std::printf("\n");
   }
-  // Identical GPUs (same name and compute capability) share cuda:0's reasons.
-  const auto same_as_cuda0 = [&](const ag::Device& dev) {
-    return dev.is_cuda() && dev.index > 0 && size_t(dev.index) < p.cuda.size() &&
-           p.cuda[size_t(dev.index)].name == p.cuda[0].name && p.cuda[size_t(dev.index)].cc() == p.cuda[0].cc();
-  };
   std::printf("\nreasons\n");
   for (const auto& dev : devices) {
-    if (same_as_cuda0(dev)) {
+    if (same_as_cuda0(p, dev)) {
       std::printf("  %-7s (same as cuda:0)\n", dev.str().c_str());
       continue;
     }
-    for (auto dt : dtypes) {
+    for (auto dt : kReportDtypes) {
       const auto v = hw::verdict(p, dev, dt);
       std::printf("  %-7s %-9s %-12s %s\n", dev.str().c_str(), ag::dtype_name(dt),
                   hw::support_name(v.support), v.reason.c_str());
     }
   }
+}
 
-  // What each float32 product precision computes here (ag::set_float32_matmul_precision).
+// What each float32 product precision computes here (ag::set_float32_matmul_precision).
+void print_float32_products(const hw::HardwareProfile& p, const std::vector<ag::Device>& devices) {
   std::printf("\nfloat32 products (set_float32_matmul_precision)\n");
   for (const auto& dev : devices) {
-    if (same_as_cuda0(dev)) continue;
+    if (same_as_cuda0(p, dev)) continue;
     const auto none = hw::float32_products(p, dev, ag::Float32MatmulPrecision::Highest);
     if (none.support != hw::Support::Native) {  // one line: no precision computes there
       std::printf("  %-7s %-8s %-9s %s\n", dev.str().c_str(), "any", "-", none.reason.c_str());
@@ -113,8 +128,10 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
                   hw::float32_math_name(v.math), v.reason.c_str());
     }
   }
+}
 
-  // What precision "auto" picks here (docs/precision.md), per accelerator.
+// What precision "auto" picks here (docs/precision.md), per accelerator.
+void print_auto_precision(const hw::HardwareProfile& p) {
   std::printf("\nprecision \"auto\"\n");
   for (const char* acc : {"cpu", "cuda"}) {
     try {
@@ -124,6 +141,16 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
       std::printf("  %-7s %-11s %s\n", acc, "-", e.what());
     }
   }
+}
+
+void print_report(const hw::HardwareProfile& p, const std::string& title) {
+  print_build(p, title);
+  print_cpu(p);
+  print_cuda_devices(p);
+  const std::vector<ag::Device> devices = report_devices(p);
+  print_verdicts(p, devices);
+  print_float32_products(p, devices);
+  print_auto_precision(p);
 }
 
 }  // namespace
