@@ -96,7 +96,7 @@ struct Diagonal {
 struct Dims : AttentionSizes {
   using AttentionSizes::AttentionSizes;
   // Batch entries per parallel chunk: one, unless an entry is too small (under about a
-  // megaflop) to repay waking another thread, as for conv_common's products.
+  // megaflop) to repay waking another thread, as for gemm_common's products (over_items).
   int64_t grain() const {
     const int64_t flops = std::max<int64_t>(1, 2 * Tq * Tk * (D + Dv));
     return std::max<int64_t>(1, (int64_t(1) << 20) / flops);

@@ -1,9 +1,9 @@
 // Matrix products with Eigen alone (the AMPGRAD_ONEDNN=OFF build).
 //
-// The GEMM itself lives in conv_common.cpp, because the oneDNN build uses it too for
+// The GEMM itself lives in gemm_common.cpp, because the oneDNN build uses it too for
 // float64: strided operands are mapped in place as row- or column-major matrices, batches
 // run in parallel when there are enough of them, and float16/bfloat16 go through float32.
-#include "cpu/conv_common.h"
+#include "cpu/gemm_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 

@@ -89,7 +89,7 @@ class Bf16TileScope {
   bool active_ = false;
 };
 
-/// tile_gemm's Eigen implementation (conv_common.cpp), for both dtypes.
+/// tile_gemm's Eigen implementation (gemm_common.cpp), for both dtypes.
 void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,

@@ -21,7 +21,7 @@
 // without it, such as AVX-512 EPYCs) or only the reference kernel exists, which is found
 // out once per shape, the operands are converted to float32, multiplied, and the result
 // is rounded once to float16.
-#include "cpu/conv_common.h"
+#include "cpu/gemm_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/onednn_cache.h"

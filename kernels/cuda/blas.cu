@@ -8,7 +8,7 @@
 // (op N); one whose row stride is 1 (a transposed view, column-major with leading
 // dimension = its column stride) is passed with op T. So the backward's g @ w^T and
 // a^T @ g and linear's weight^T are read in place, exactly as the CPU reads them
-// (cpu/conv_common.cpp); an operand with neither stride 1 (or overlapping rows) is made
+// (cpu/gemm_common.cpp); an operand with neither stride 1 (or overlapping rows) is made
 // contiguous first. A broadcast batch (stride 0) is a strided batch with offset 0; a
 // broadcast right operand whose left operand stacks its batches row after row becomes one
 // tall GEMM, as on the CPU.
@@ -98,7 +98,7 @@ void* workspace(Stream s, cudaStream_t stream, const char* op) {
 // ---- operands ---------------------------------------------------------------------------
 
 // Whether an [R, C] matrix with strides (rs, cs) reads as row-major or column-major with a
-// leading dimension; size-1 dims constrain nothing (as cpu/conv_common.cpp).
+// leading dimension; size-1 dims constrain nothing (as cpu/gemm_common.cpp).
 bool row_major_ok(int64_t R, int64_t C, int64_t rs, int64_t cs) {
   return (cs == 1 || C <= 1) && (R <= 1 || rs >= std::max<int64_t>(C, 1));
 }
