@@ -12,7 +12,7 @@
 
 /// The instruction set of the kernels' AVX-512 variants of plain C++ loops (row work,
 /// layer norm, Adam, the random fills): compiled with this attribute, run only where
-/// use_avx512() says so (cpu/isa.h: the level avx512 or wider).
+/// use_avx512() says so (cpu/isa.h: the level avx512 or wider), mostly through run_variant.
 #define AG_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
 
 // GCC 12 warns of uninitialized vectors inside its own AVX-512 intrinsics: code using them
@@ -57,4 +57,7 @@ __attribute__((target("avx512f"), always_inline)) inline void store_block(const 
 AG_AVX512_CODE_END
 
 }  // namespace ampgrad::cpu
+#else
+// Off x86-64 a twin of plain C++ loops is the same loops (run_variant never calls it there).
+#define AG_AVX512_TARGET
 #endif

@@ -282,8 +282,7 @@ void block_pool_forward(DType dtype, const void* y, const BlockLayout& L, const 
                         int64_t N, int64_t OH, int64_t OW, bool relu, void* out, uint8_t* arg) {
   on_bits(dtype, [&]<class U>() {
     const U* yu = static_cast<const U*>(y);
-    if (use_avx512()) return forward_avx512(yu, L, ph, pw, N, OH, OW, relu, static_cast<U*>(out), arg);
-    forward_loops(yu, L, ph, pw, N, OH, OW, relu, static_cast<U*>(out), arg);
+    run_variant<forward_loops<U>, forward_avx512<U>>(yu, L, ph, pw, N, OH, OW, relu, static_cast<U*>(out), arg);
   });
 }
 
@@ -291,8 +290,7 @@ void block_pool_backward(DType dtype, const void* g, const uint8_t* arg, const B
                          const PoolDim& pw, int64_t N, int64_t OH, int64_t OW, void* gy, size_t gy_bytes) {
   on_bits(dtype, [&]<class U>() {
     const U* gu = static_cast<const U*>(g);
-    if (use_avx512()) return backward_avx512(gu, arg, L, ph, pw, N, OH, OW, static_cast<U*>(gy), gy_bytes);
-    backward_loops(gu, arg, L, ph, pw, N, OH, OW, static_cast<U*>(gy), gy_bytes);
+    run_variant<backward_loops<U>, backward_avx512<U>>(gu, arg, L, ph, pw, N, OH, OW, static_cast<U*>(gy), gy_bytes);
   });
 }
 

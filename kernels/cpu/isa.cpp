@@ -23,9 +23,8 @@ const char* level_needs(KernelIsa isa) {
   return "?";
 }
 
-// Whether the CPU has what `isa` adds to the level before it.
-bool has_step(KernelIsa isa) {
-  const hw::CpuFeatures& f = hw::cpu_features();
+// Whether a CPU with the features `f` has what `isa` adds to the level before it.
+bool has_step(KernelIsa isa, const hw::CpuFeatures& f) {
   switch (isa) {
     case KernelIsa::Baseline: return true;
     case KernelIsa::Avx2: return f.avx2 && f.fma;
@@ -57,24 +56,27 @@ const char* kernel_isa_name(KernelIsa isa) {
   return "?";
 }
 
-bool kernel_isa_supported(KernelIsa isa) {
+bool kernel_isa_supported(KernelIsa isa, const hw::CpuFeatures& f) {
 #if defined(__x86_64__)
   for (KernelIsa step : kKernelIsas) {
     if (step > isa) break;
-    if (!has_step(step)) return false;
+    if (!has_step(step, f)) return false;
   }
   return true;
 #else
+  (void)f;
   return isa == KernelIsa::Baseline;  // the variants are compiled for x86-64 only
 #endif
 }
+bool kernel_isa_supported(KernelIsa isa) { return kernel_isa_supported(isa, hw::cpu_features()); }
 
-KernelIsa best_kernel_isa() {
+KernelIsa best_kernel_isa(const hw::CpuFeatures& f) {
   KernelIsa best = KernelIsa::Baseline;
   for (KernelIsa isa : kKernelIsas)
-    if (kernel_isa_supported(isa)) best = isa;
+    if (kernel_isa_supported(isa, f)) best = isa;
   return best;
 }
+KernelIsa best_kernel_isa() { return best_kernel_isa(hw::cpu_features()); }
 
 KernelIsa parse_kernel_isa(std::string_view name, const char* source) {
   for (KernelIsa isa : kKernelIsas) {
@@ -83,7 +85,7 @@ KernelIsa parse_kernel_isa(std::string_view name, const char* source) {
 #if defined(__x86_64__)
       KernelIsa missing = isa;
       for (KernelIsa step : kKernelIsas)
-        if (step <= isa && !has_step(step)) {
+        if (step <= isa && !has_step(step, hw::cpu_features())) {
           missing = step;
           break;
         }

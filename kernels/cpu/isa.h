@@ -3,14 +3,20 @@
 // The library is built for baseline x86-64; the kernels' hot loops are also compiled for
 // wider sets by target attributes (AG_AVX512_TARGET in avx512.h, attention's AVX2 row work,
 // tile_gemm_small.cpp, tile_gemm_bf16.cpp, transpose16.h) and each call site picks a variant
-// from the level here: one process-wide value, read with a relaxed atomic load (no string,
-// no cpuid on the hot path), set from AMPGRAD_KERNEL_ISA at first use or by
-// hw::set_kernel_isa. The levels are cumulative, each a class of real machines.
+// from the level here (run_variant, for a function and its AVX-512 twin): one process-wide
+// value, read with a relaxed atomic load (no string, no cpuid on the hot path), set from
+// AMPGRAD_KERNEL_ISA at first use or by hw::set_kernel_isa. The levels are cumulative, each
+// a class of real machines.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <string_view>
+#include <utility>
+
+namespace ampgrad::hw {
+struct CpuFeatures;
+}
 
 namespace ampgrad::cpu {
 
@@ -31,8 +37,12 @@ inline constexpr KernelIsa kKernelIsas[] = {KernelIsa::Baseline, KernelIsa::Avx2
 const char* kernel_isa_name(KernelIsa isa);
 /// True when this CPU runs every instruction the level needs (and so every level below it).
 bool kernel_isa_supported(KernelIsa isa);
+/// The same for a CPU with the features `f` (hw::cpu_features() is this one's).
+bool kernel_isa_supported(KernelIsa isa, const hw::CpuFeatures& f);
 /// The widest level this CPU runs.
 KernelIsa best_kernel_isa();
+/// The widest level a CPU with the features `f` runs.
+KernelIsa best_kernel_isa(const hw::CpuFeatures& f);
 /// The level called `name`, or an ag::Error that names it and says why not (unknown, or
 /// what this CPU lacks, with the levels it runs). `source` prefixes the name in the message
 /// ("AMPGRAD_KERNEL_ISA=" for the environment's value).
@@ -59,5 +69,23 @@ inline KernelIsa kernel_isa() {
 
 /// Whether the kernels run their AG_AVX512_TARGET variants (level Avx512 or wider).
 inline bool use_avx512() { return kernel_isa() >= KernelIsa::Avx512; }
+
+/// run_variant at the level `level` rather than the one in force: Avx512(args...) at avx512
+/// or wider, else Generic(args...).
+template <auto Generic, auto Avx512, class... Args>
+[[gnu::always_inline]] inline decltype(auto) run_variant_at(KernelIsa level, Args&&... args) {
+  if (level >= KernelIsa::Avx512) return Avx512(std::forward<Args>(args)...);
+  return Generic(std::forward<Args>(args)...);
+}
+
+/// How a kernel runs the variant of the level in force: Avx512(args...), its twin compiled
+/// with AG_AVX512_TARGET (avx512.h), where use_avx512(), else Generic(args...). The level is
+/// read at each call, never kept (hw::set_kernel_isa takes effect at the next call); the two
+/// functions are template arguments, so both calls are direct and the generic one inlines.
+/// Off x86-64 the level is always baseline and the twin is never called.
+template <auto Generic, auto Avx512, class... Args>
+[[gnu::always_inline]] inline decltype(auto) run_variant(Args&&... args) {
+  return run_variant_at<Generic, Avx512>(kernel_isa(), std::forward<Args>(args)...);
+}
 
 }  // namespace ampgrad::cpu

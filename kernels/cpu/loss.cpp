@@ -190,7 +190,6 @@ template <class T>
 // rows are also compiled for AVX-512 (target attribute, as layer norm's and attention's row
 // work) and picked by the kernels' level (cpu/isa.h). No contraction either way, and the
 // lanes of the sums are fixed (rows.h), so both variants give the same bits.
-#if defined(__x86_64__)
 template <class T>
 AG_AVX512_TARGET void forward_range_avx512(const T* x, const int64_t* tp, T* loss, float* lse, int64_t rb, int64_t re,
                                            const Params& q, std::atomic<int64_t>& bad) {
@@ -201,17 +200,14 @@ AG_AVX512_TARGET void backward_range_avx512(const T* go, const T* x, const int64
                                             int64_t rb, int64_t re, const Params& q) {
   backward_range<T>(go, x, tp, lse, gx, rb, re, q);
 }
-#endif
 
 template <class T>
 void forward_rows(const T* x, const int64_t* tp, T* loss, acc_type_t<T>* lse, int64_t rows, const Params& q,
                   std::atomic<int64_t>& bad) {
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
-#if defined(__x86_64__)
     if constexpr (std::is_same_v<acc_type_t<T>, float>)
-      if (use_avx512()) return forward_range_avx512<T>(x, tp, loss, lse, rb, re, q, bad);
-#endif
-    forward_range<T>(x, tp, loss, lse, rb, re, q, bad);
+      run_variant<forward_range<T>, forward_range_avx512<T>>(x, tp, loss, lse, rb, re, q, bad);
+    else forward_range<T>(x, tp, loss, lse, rb, re, q, bad);
   });
 }
 
@@ -219,11 +215,9 @@ template <class T>
 void backward_rows(const T* go, const T* x, const int64_t* tp, const acc_type_t<T>* lse, T* gx, int64_t rows,
                    const Params& q) {
   parallel_for(0, rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.C)), [&](int64_t rb, int64_t re) {
-#if defined(__x86_64__)
     if constexpr (std::is_same_v<acc_type_t<T>, float>)
-      if (use_avx512()) return backward_range_avx512<T>(go, x, tp, lse, gx, rb, re, q);
-#endif
-    backward_range<T>(go, x, tp, lse, gx, rb, re, q);
+      run_variant<backward_range<T>, backward_range_avx512<T>>(go, x, tp, lse, gx, rb, re, q);
+    else backward_range<T>(go, x, tp, lse, gx, rb, re, q);
   });
 }
 

@@ -147,7 +147,6 @@ template <bool kLog, class A>
 // The softmax bodies in the variant of the kernels' level (cpu/isa.h): compiled for AVX-512
 // too by a target attribute (the library is built for baseline x86-64, where exp_acc runs 4
 // floats wide), as cross entropy's rows (loss.cpp). The same arithmetic in both.
-#if defined(__x86_64__)
 template <bool kLog>
 AG_AVX512_TARGET void softmax_block_avx512(float* v, int64_t n, int64_t w, float* scratch) {
   softmax_block<kLog>(v, n, w, scratch);
@@ -156,24 +155,19 @@ template <bool kLog>
 AG_AVX512_TARGET void softmax_backward_block_avx512(float* g, const float* y, int64_t n, int64_t w, float* scratch) {
   softmax_backward_block<kLog>(g, y, n, w, scratch);
 }
-#endif
 
 template <bool kLog, class A>
 void run_softmax_block(A* v, int64_t n, int64_t w, A* scratch) {
-#if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>)
-    if (use_avx512()) return softmax_block_avx512<kLog>(v, n, w, scratch);
-#endif
-  softmax_block<kLog>(v, n, w, scratch);
+    run_variant<softmax_block<kLog, float>, softmax_block_avx512<kLog>>(v, n, w, scratch);
+  else softmax_block<kLog>(v, n, w, scratch);
 }
 
 template <bool kLog, class A>
 void run_softmax_backward_block(A* g, const A* y, int64_t n, int64_t w, A* scratch) {
-#if defined(__x86_64__)
   if constexpr (std::is_same_v<A, float>)
-    if (use_avx512()) return softmax_backward_block_avx512<kLog>(g, y, n, w, scratch);
-#endif
-  softmax_backward_block<kLog>(g, y, n, w, scratch);
+    run_variant<softmax_backward_block<kLog, float>, softmax_backward_block_avx512<kLog>>(g, y, n, w, scratch);
+  else softmax_backward_block<kLog>(g, y, n, w, scratch);
 }
 
 // ---- layer norm's rows ------------------------------------------------------------------
@@ -350,7 +344,6 @@ template <class T>
   }
 }
 
-#if defined(__x86_64__)
 template <class T>
 AG_AVX512_TARGET void ln_forward_avx512(const LnForward<T>& a, int64_t rb,
                                                                                     int64_t re, float* buf) {
@@ -361,26 +354,21 @@ AG_AVX512_TARGET void ln_backward_avx512(
     const LnBackward<T>& a, int64_t r0, int64_t r1, float* tw, float* tb, const LnScratch<float>& s) {
   ln_backward_rows<T>(a, r0, r1, tw, tb, s);
 }
-#endif
 
 // The rows in the variant of the kernels' level (float accumulation); double is compiled once.
 template <class T>
 void run_ln_forward(const LnForward<T>& a, int64_t rb, int64_t re, acc_type_t<T>* buf) {
-#if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (use_avx512()) return ln_forward_avx512<T>(a, rb, re, buf);
-#endif
-  ln_forward_rows<T>(a, rb, re, buf);
+    run_variant<ln_forward_rows<T>, ln_forward_avx512<T>>(a, rb, re, buf);
+  else ln_forward_rows<T>(a, rb, re, buf);
 }
 
 template <class T>
 void run_ln_backward(const LnBackward<T>& a, int64_t r0, int64_t r1, acc_type_t<T>* tw, acc_type_t<T>* tb,
                      const LnScratch<acc_type_t<T>>& s) {
-#if defined(__x86_64__)
   if constexpr (std::is_same_v<acc_type_t<T>, float>)
-    if (use_avx512()) return ln_backward_avx512<T>(a, r0, r1, tw, tb, s);
-#endif
-  ln_backward_rows<T>(a, r0, r1, tw, tb, s);
+    run_variant<ln_backward_rows<T>, ln_backward_avx512<T>>(a, r0, r1, tw, tb, s);
+  else ln_backward_rows<T>(a, r0, r1, tw, tb, s);
 }
 
 }  // namespace

@@ -197,7 +197,6 @@ template <class T>
   else adam_loop_of<T, false>(a);
 }
 
-#if defined(__x86_64__)
 // The library is built for baseline x86-64, whose 4-wide vectors make this loop (a
 // division and a square root per element) a visible share of a small model's step on an
 // AVX-512 CPU.
@@ -206,14 +205,10 @@ template <class T>
 AG_AVX512_TARGET void adam_avx512(const AdamPiece<T>& a) {
   adam_loop(a);
 }
-#endif
 
 template <class T>
 void run_adam(const AdamPiece<T>& a) {
-#if defined(__x86_64__)
-  if (use_avx512()) return adam_avx512(a);
-#endif
-  adam_loop(a);
+  run_variant<adam_loop<T>, adam_avx512<T>>(a);
 }
 
 }  // namespace

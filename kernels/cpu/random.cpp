@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
@@ -97,6 +98,9 @@ AG_AVX512_TARGET void draw_range_avx512(T* p, int64_t b, int64_t e, uint64_t see
   draw_range<true>(p, b, e, seed, offset, draw);
 }
 AG_AVX512_CODE_END
+#else
+template <class T, class Draw>
+void draw_range_avx512(T*, int64_t, int64_t, uint64_t, uint64_t, const Draw&) {}  // never called: run_variant
 #endif
 
 // Fills out with draw.template operator()<T>(r, j) (see draw_range), in the variant of the
@@ -108,10 +112,8 @@ void fill_random(const Tensor& out, const char* op, uint64_t seed, uint64_t offs
     T* p = static_cast<T*>(dst.raw_data());
     const auto typed = [&](const PhiloxLanes& r, int j) { return draw.template operator()<T>(r, j); };
     parallel_for(0, dst.numel(), 4096, [&](int64_t b, int64_t e) {
-#if defined(__x86_64__)
-      if (use_avx512()) return draw_range_avx512(p, b, e, seed, offset, typed);
-#endif
-      draw_range<false>(p, b, e, seed, offset, typed);
+      using Typed = std::remove_const_t<decltype(typed)>;
+      run_variant<draw_range<false, T, Typed>, draw_range_avx512<T, Typed>>(p, b, e, seed, offset, typed);
     });
   });
   if (!out.is_contiguous()) cpu_backend().copy(dst, out);

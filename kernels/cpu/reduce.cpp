@@ -242,17 +242,11 @@ template <class A>
 [[gnu::always_inline]] inline void add4_rows(A* s, const A* const* v, int64_t w) {
   for (int64_t j = 0; j < w; ++j) s[j] += (v[0][j] + v[1][j]) + (v[2][j] + v[3][j]);
 }
-#if defined(__x86_64__)
 AG_AVX512_TARGET void add4_rows_avx512(float* s, const float* const* v, int64_t w) { add4_rows(s, v, w); }
-#endif
 template <class A>
 void add4_rows_best(A* s, const A* const* v, int64_t w) {
-#if defined(__x86_64__)
-  if constexpr (std::is_same_v<A, float>) {
-    if (use_avx512()) return add4_rows_avx512(s, v, w);
-  }
-#endif
-  add4_rows(s, v, w);
+  if constexpr (std::is_same_v<A, float>) run_variant<add4_rows<float>, add4_rows_avx512>(s, v, w);
+  else add4_rows(s, v, w);
 }
 
 // Sums f(x) over the reduced elements. `param` holds a per-output value from a first pass:

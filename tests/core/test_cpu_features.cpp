@@ -2,7 +2,7 @@
 // CPU, so they check implications that every correct detection satisfies, and
 // cross-check against what the kernel reports in /proc/cpuinfo where present.
 // The kernels' instruction-set level (hw::kernel_isa): its levels against the flags, the
-// switch, its refusals, and AMPGRAD_KERNEL_ISA.
+// switch, its refusals, AMPGRAD_KERNEL_ISA, and run_variant's choice by the level.
 #include "support/testing.h"
 
 #include <cstdio>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ampgrad/hw/cpu.h"
+#include "ampgrad/hw/profile.h"
 #include "cpu/isa.h"
 
 namespace {
@@ -216,6 +217,63 @@ TEST(KernelIsa, EnvironmentVariableSetsTheLevelOrIsRefused) {
   const std::string bad = child("avx-512", status);
   EXPECT_NE(status, 0) << bad;
   EXPECT_TRUE(agt::contains(bad, "[kernel ISA] AMPGRAD_KERNEL_ISA=avx-512 is not one of baseline, avx2")) << bad;
+}
+
+// run_variant, the kernels' one choice between a generic function and its AVX-512 twin,
+// follows the level that the CPU's features give: a CPU reported without AVX-512 (the fake
+// profiles' AVX2 machine, or this CPU with AVX-512 F cleared) runs the generic function, one
+// with it the twin. Plain functions stand in for the two variants.
+const char* g_ran = nullptr;
+int g_arg = 0;
+void generic_variant(int x) { g_ran = "generic", g_arg = x; }
+void avx512_variant(int x) { g_ran = "avx512", g_arg = x; }
+int generic_plus_one(int x) { return x + 1; }
+int avx512_plus_two(int x) { return x + 2; }
+
+std::string ran_at(ampgrad::cpu::KernelIsa level) {
+  g_ran = nullptr, g_arg = 0;
+  ampgrad::cpu::run_variant_at<generic_variant, avx512_variant>(level, 7);
+  EXPECT_EQ(g_arg, 7) << "the arguments reach the variant";
+  return g_ran ? g_ran : "neither";
+}
+
+TEST(KernelIsa, RunVariantRunsTheGenericFunctionWhereAvx512IsReportedMissing) {
+  namespace cpu = ampgrad::cpu;
+  namespace hw = ampgrad::hw;
+  CpuFeatures this_without_avx512f = cpu_features();
+  this_without_avx512f.avx512f = false;
+  for (const CpuFeatures& f : {hw::profiles::cpu_without_avx512().cpu, this_without_avx512f}) {
+    const cpu::KernelIsa level = cpu::best_kernel_isa(f);
+    SCOPED_TRACE(f.model_name + " at " + cpu::kernel_isa_name(level));
+    EXPECT_LT(level, cpu::KernelIsa::Avx512);
+    EXPECT_EQ(ran_at(level), "generic");
+  }
+  for (const hw::HardwareProfile& p : {hw::profiles::cpu_avx512_bf16(), hw::profiles::cpu_amx()}) {
+    const cpu::KernelIsa level = cpu::best_kernel_isa(p.cpu);
+    SCOPED_TRACE(p.cpu.model_name + " at " + cpu::kernel_isa_name(level));
+    // Off x86-64 every CPU is at the baseline: the twins are compiled for x86-64 only.
+    EXPECT_EQ(ran_at(level), kX86_64 ? "avx512" : "generic");
+  }
+  for (cpu::KernelIsa level : cpu::kKernelIsas)
+    EXPECT_EQ(ran_at(level), level >= cpu::KernelIsa::Avx512 ? "avx512" : "generic") << cpu::kernel_isa_name(level);
+  EXPECT_EQ((cpu::run_variant_at<generic_plus_one, avx512_plus_two>(cpu::KernelIsa::Avx2, 1)), 2);
+  EXPECT_EQ((cpu::run_variant_at<generic_plus_one, avx512_plus_two>(cpu::KernelIsa::Avx512, 1)), 3);
+}
+
+// run_variant reads the level in force at each call, so hw::set_kernel_isa switches it: the
+// generic function at the baseline (which every CPU runs), the twin at avx512.
+TEST(KernelIsa, RunVariantFollowsTheLevelInForce) {
+  namespace cpu = ampgrad::cpu;
+  const auto ran = [] {
+    g_ran = nullptr;
+    cpu::run_variant<generic_variant, avx512_variant>(1);
+    return std::string(g_ran ? g_ran : "neither");
+  };
+  EXPECT_EQ(agt::at_kernel_isa("baseline", ran), "generic");
+  if (!cpu::kernel_isa_supported(cpu::KernelIsa::Avx512))
+    AGT_SKIP_HARDWARE() << "this CPU lacks AVX-512 F, BW, VL and DQ: the level avx512 cannot be put in force";
+  EXPECT_EQ(agt::at_kernel_isa("avx512", ran), "avx512");
+  EXPECT_EQ(ran(), cpu::kernel_isa() >= cpu::KernelIsa::Avx512 ? "avx512" : "generic");
 }
 
 }  // namespace
