@@ -62,9 +62,8 @@ void print_cuda_devices(const hw::HardwareProfile& p) {
       std::printf("        cuda: emulated on the CPU, as this GPU (AMPGRAD_CUDA_EMULATOR_DEVICE: sm_90 or sm_80)\n");
     std::printf("        compute capability %s, %.1f GiB, %d SMs\n", d.compute_capability().c_str(),
                 double(d.total_memory) / double(size_t(1) << 30), d.sm_count);
-    std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n",
-                yes_no(d.fp16_tensor_cores()), yes_no(d.bf16_native()), yes_no(d.tf32()),
-                yes_no(d.fp8()));
+    std::printf("        fp16 tensor cores %s, bf16 native %s, tf32 %s, fp8 %s\n", yes_no(d.fp16_tensor_cores()),
+                yes_no(d.bf16_native()), yes_no(d.tf32()), yes_no(d.fp8()));
   }
   std::printf("\n");
 }

@@ -265,8 +265,8 @@ struct Workload {
 
 Workload load_text_and_gpt(const Options& o) {
   Workload w;
-  w.text = std::make_shared<ag::data::CharDataset>(ag::data::read_text(o.data.empty() ? ag::data::kFortunesDir : o.data),
-                                                   o.block_size);
+  w.text = std::make_shared<ag::data::CharDataset>(
+      ag::data::read_text(o.data.empty() ? ag::data::kFortunesDir : o.data), o.block_size);
   w.gpt_model = std::make_shared<ag::nn::GPT>(ag::nn::GPTConfig{.vocab_size = w.text->vocab_size(),
                                                                 .block_size = o.block_size,
                                                                 .layers = o.layers,
@@ -308,9 +308,18 @@ Workload load_workload(const ag::Lite& lite, const Options& o) {
 class Training {
  public:
   Training(ag::Lite& lite, const Options& o, Workload w)
-      : lite_(lite), o_(o), w_(std::move(w)), gpt_(o.model == "gpt"), world_(lite.world_size()),
-        adamw_(w_.net->parameters(), {.lr = o.lr}), setup_(lite.setup(w_.net, adamw_)), model_(setup_.first),
-        opt_(setup_.second), steps_per_epoch_(steps_per_epoch()), sched_(make_schedule()), kind_(o.model) {
+      : lite_(lite),
+        o_(o),
+        w_(std::move(w)),
+        gpt_(o.model == "gpt"),
+        world_(lite.world_size()),
+        adamw_(w_.net->parameters(), {.lr = o.lr}),
+        setup_(lite.setup(w_.net, adamw_)),
+        model_(setup_.first),
+        opt_(setup_.second),
+        steps_per_epoch_(steps_per_epoch()),
+        sched_(make_schedule()),
+        kind_(o.model) {
     if (!o_.save.empty()) ckpts_.emplace(o_.save, ag::CheckpointFolderOptions{.keep = o_.keep});
   }
   Training(const Training&) = delete;
@@ -370,7 +379,8 @@ class Training {
                         {"strategy", o_.strategy},
                         {"world_size", world_},
                         {"epochs", log_},
-                        {"best_test_accuracy", best_}, {"mean_rate", mean_rate()}}
+                        {"best_test_accuracy", best_},
+                        {"mean_rate", mean_rate()}}
              .dump(2)
       << "\n";
     AG_CHECK(f.good(), "ampgrad-train", "cannot write ", o_.json);
@@ -496,8 +506,11 @@ class Training {
   // Without a loss scale nothing skips the step: the parameters have taken it.
   [[noreturn]] void stop_on_loss(double value, const Tally& t) const {
     std::ostringstream why;
-    why << "the loss is " << (std::isnan(value) ? "NaN" : value > 0 ? "inf" : "-inf") << " at step " << step_
-        << " (epoch " << t.epoch << ", batch " << t.batches << ")";
+    why << "the loss is "
+        << (std::isnan(value) ? "NaN"
+            : value > 0       ? "inf"
+                              : "-inf")
+        << " at step " << step_ << " (epoch " << t.epoch << ", batch " << t.batches << ")";
     stop(why.str());
   }
 
@@ -576,7 +589,7 @@ class Training {
   std::string kind_;
   // What a checkpoint holds; Lite adds the grad scaler and the generator's position, so
   // shuffling and dropout continue as in an uninterrupted run.
-  const ag::LiteState state_{{"model", model_},         {"optimizer", opt_}, {"scheduler", sched_},
+  const ag::LiteState state_{{"model", model_},       {"optimizer", opt_}, {"scheduler", sched_},
                              {"epoch", epochs_done_}, {"best", best_},     {"model_kind", kind_}};
   std::optional<ag::CheckpointFolder> ckpts_;
   std::string last_good_;  // the newest checkpoint that a stopped run leaves to resume from

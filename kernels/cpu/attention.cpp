@@ -601,8 +601,14 @@ struct BackwardWork {
   std::vector<A> di, dq, dk, dv;
   std::vector<A> pt, ds, z, pd;
   BackwardWork(const Dims& d, bool drop)
-      : di(size_t(d.Tq)), dq(size_t(d.Tq * d.D)), dk(size_t(d.Tk * d.D)), dv(size_t(d.Tk * d.Dv)),
-        pt(size_t(kBr * kBc)), ds(size_t(kBr * kBc)), z(drop ? size_t(kBr * kBc) : 0), pd(drop ? size_t(kBr * kBc) : 0) {}
+      : di(size_t(d.Tq)),
+        dq(size_t(d.Tq * d.D)),
+        dk(size_t(d.Tk * d.D)),
+        dv(size_t(d.Tk * d.Dv)),
+        pt(size_t(kBr * kBc)),
+        ds(size_t(kBr * kBc)),
+        z(drop ? size_t(kBr * kBc) : 0),
+        pd(drop ? size_t(kBr * kBc) : 0) {}
 };
 
 // One batch entry of the backward: the forward's Entry (q, k and their packed forms) plus
@@ -619,8 +625,8 @@ struct BackwardEntry {
 template <class T, class A = acc_type_t<T>>
 BackwardEntry<A> load_entry_bf16(const BackwardCall<T>& c, int64_t b, BackwardWork<A>& w) {
   const Dims& d = c.d;
-  BackwardEntry<A> be{{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc,
-                       A(c.p.scale)}};
+  BackwardEntry<A> be{
+      {{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc, A(c.p.scale)}};
   const Rows<BFloat16> q16 = rows16<T>(c.q, b), k16 = rows16<T>(c.k, b), v16 = rows16<T>(c.v, b),
                        o16 = rows16<T>(c.out, b);
   be.go16 = rows16<T>(c.grad_out, b);
@@ -644,8 +650,8 @@ BackwardEntry<A> load_entry_bf16(const BackwardCall<T>& c, int64_t b, BackwardWo
 template <class T, class A = acc_type_t<T>>
 BackwardEntry<A> load_entry_widened(const BackwardCall<T>& c, int64_t b, BackwardWork<A>& w) {
   const Dims& d = c.d;
-  BackwardEntry<A> be{{{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc,
-                       A(c.p.scale)}};
+  BackwardEntry<A> be{
+      {{nullptr, 0}, {nullptr, 0}, {nullptr, 0}, {nullptr, 0}, mask_of<A>(c.mask, b), c.mr, c.mc, A(c.p.scale)}};
   Entry<A>& e = be.e;
   e.q = entry_rows<T>(c.q, b, w.w.q), e.k = entry_rows<T>(c.k, b, w.w.k), e.v = entry_rows<T>(c.v, b, w.w.v);
   e.kt = transposed(e.k, d.Tk, d.D, w.w.kt);
@@ -730,8 +736,8 @@ void add_query_key_grads(const BackwardCall<T>& c, const BackwardEntry<A>& be, c
   });
   t.dg.key_stripes(t.rows, t.cols, [&](int64_t c0, int64_t c1, int64_t r) {
     if (r < t.rows)
-      product(true, c1 - c0, c.d.D, t.rows - r, e.scale, w.ds.data() + r * kBc + c0, kBc, e.q, e.qp, t.i0 + r, 0,
-              A(1), w.dk.data() + (t.j0 + c0) * c.d.D, c.d.D);
+      product(true, c1 - c0, c.d.D, t.rows - r, e.scale, w.ds.data() + r * kBc + c0, kBc, e.q, e.qp, t.i0 + r, 0, A(1),
+              w.dk.data() + (t.j0 + c0) * c.d.D, c.d.D);
   });
 }
 
@@ -802,7 +808,7 @@ void CpuBackend::attention(const Tensor& q, const Tensor& k, const Tensor& v, co
                            const AttentionParams& p, const Tensor& out, const Tensor& lse) {
   const Dims d(q, k, v);
   if (d.N == 0 || d.Tq == 0) return;
-  dispatch_floating(q.dtype(), "scaled_dot_product_attention",
+  dispatch_floating(q.dtype(), op::scaled_dot_product_attention,
                     [&]<class T>() { forward<T>(q, k, v, mask, p, out, lse, d); });
 }
 
@@ -812,9 +818,8 @@ void CpuBackend::attention_backward(const Tensor& grad_out, const Tensor& q, con
                                     const Tensor& grad_v) {
   const Dims d(q, k, v);
   if (d.N == 0) return;
-  dispatch_floating(q.dtype(), "scaled_dot_product_attention", [&]<class T>() {
-    backward<T>(grad_out, q, k, v, mask, out, lse, p, grad_q, grad_k, grad_v, d);
-  });
+  dispatch_floating(q.dtype(), op::scaled_dot_product_attention,
+                    [&]<class T>() { backward<T>(grad_out, q, k, v, mask, out, lse, p, grad_q, grad_k, grad_v, d); });
 }
 
 }  // namespace ampgrad::cpu

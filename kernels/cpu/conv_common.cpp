@@ -16,11 +16,11 @@
 #include <mutex>
 #include <vector>
 
+#include "ampgrad/raw.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm_common.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
-#include "ampgrad/raw.h"
 
 namespace ampgrad::cpu {
 
@@ -204,7 +204,7 @@ void eigen_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Te
     return;
   }
   const ConvDims d = conv_dims(x.sizes(), w.sizes(), out.sizes(), p);
-  dispatch_compute(out.dtype(), "conv2d", [&]<class T>() {
+  dispatch_compute(out.dtype(), op::conv2d, [&]<class T>() {
     conv_fwd<T>(ptr_or_null<T>(x), ptr_or_null<T>(w), ptr_or_null<T>(bias),
                 static_cast<T*>(out.raw_data()), d);
   });
@@ -224,7 +224,7 @@ void eigen_conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const 
     cpu_backend().fill(grad_in, 0);
     return;
   }
-  dispatch_compute(grad_in.dtype(), "conv2d", [&]<class T>() {
+  dispatch_compute(grad_in.dtype(), op::conv2d, [&]<class T>() {
     conv_bwd_input<T>(ptr_or_null<T>(grad_out), ptr_or_null<T>(w),
                       static_cast<T*>(grad_in.raw_data()), d);
   });
@@ -241,7 +241,7 @@ void eigen_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const
     return;
   }
   const ConvDims d = conv_dims(x.sizes(), grad_w.sizes(), grad_out.sizes(), p);
-  dispatch_compute(grad_w.dtype(), "conv2d", [&]<class T>() {
+  dispatch_compute(grad_w.dtype(), op::conv2d, [&]<class T>() {
     conv_bwd_weight<T>(ptr_or_null<T>(grad_out), ptr_or_null<T>(x),
                        static_cast<T*>(grad_w.raw_data()), d);
   });
@@ -250,7 +250,7 @@ void eigen_conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const
 void conv_bias_grad(const Tensor& grad_out, const Tensor& grad_bias) {
   const int64_t N = grad_out.size(0), C = grad_out.size(1);
   const int64_t plane = grad_out.size(2) * grad_out.size(3);
-  dispatch_floating(grad_bias.dtype(), "conv2d", [&]<class T>() {
+  dispatch_floating(grad_bias.dtype(), op::conv2d, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* gy = static_cast<const T*>(grad_out.raw_data());
     T* gb = static_cast<T*>(grad_bias.raw_data());
@@ -353,12 +353,11 @@ void max_tap(const T* __restrict xp, A* __restrict best, int32_t* __restrict bi,
 Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
   Tensor idx = make_tensor(out.sizes(), kInt64, out.device());
   const PoolDims d(x.sizes(), out.sizes());
-  AG_CHECK(d.H * d.W < (int64_t(1) << 31), "max_pool2d", "input planes of ", d.H * d.W,
-           " elements are too large");
+  AG_CHECK(d.H * d.W < (int64_t(1) << 31), op::max_pool2d, "input planes of ", d.H * d.W, " elements are too large");
   const int64_t dh = p.dilation[0], dw = p.dilation[1], sw = p.stride[1];
   const Taps th(d.OH, p.stride[0], p.padding[0], p.kernel[0], dh, d.H);
   const Taps tw(d.OW, sw, p.padding[1], p.kernel[1], dw, d.W);
-  dispatch_floating(x.dtype(), "max_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::max_pool2d, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* xs = static_cast<const T*>(x.raw_data());
     T* os = static_cast<T*>(out.raw_data());
@@ -406,7 +405,7 @@ Tensor pool_max_forward(const Tensor& x, const Tensor& out, const Pool2dParams& 
 void pool_max_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_in) {
   const PoolDims d(grad_in.sizes(), grad_out.sizes());
   const Tensor ic = detail::contiguous_raw(indices);
-  dispatch_floating(grad_in.dtype(), "max_pool2d", [&]<class T>() {
+  dispatch_floating(grad_in.dtype(), op::max_pool2d, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* go = static_cast<const T*>(grad_out.raw_data());
     const int64_t* is = ic.data_ptr<int64_t>();
@@ -445,7 +444,7 @@ inline AvgWindow avg_window(int64_t oh, int64_t ow, const PoolDims& d, const Poo
 
 void pool_avg_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
   const PoolDims d(x.sizes(), out.sizes());
-  dispatch_floating(x.dtype(), "avg_pool2d", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::avg_pool2d, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* xs = static_cast<const T*>(x.raw_data());
     T* os = static_cast<T*>(out.raw_data());
@@ -466,7 +465,7 @@ void pool_avg_forward(const Tensor& x, const Tensor& out, const Pool2dParams& p)
 
 void pool_avg_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool2dParams& p) {
   const PoolDims d(grad_in.sizes(), grad_out.sizes());
-  dispatch_floating(grad_in.dtype(), "avg_pool2d", [&]<class T>() {
+  dispatch_floating(grad_in.dtype(), op::avg_pool2d, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* go = static_cast<const T*>(grad_out.raw_data());
     T* gi = static_cast<T*>(grad_in.raw_data());

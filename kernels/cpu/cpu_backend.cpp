@@ -372,7 +372,7 @@ void CpuBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight,
                                      const Tensor& grad_bias) {
   if (activation_grad_reads_output(act))
     return linear_act_backward_composed(g, next_weight, out, saved, act, grad_pre, grad_bias);
-  AG_CHECK(saved.defined(), "linear", "the gradient of ", activation_name(act),
+  AG_CHECK(saved.defined(), op::linear, "the gradient of ", activation_name(act),
            " needs the slope the forward kept, which was not kept");
   const int64_t N = grad_pre.size(1);
   if (next_weight.defined()) {

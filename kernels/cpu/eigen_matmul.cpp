@@ -3,9 +3,9 @@
 // The GEMM itself lives in gemm_common.cpp, because the oneDNN build uses it too for
 // float64: strided operands are mapped in place as row- or column-major matrices, batches
 // run in parallel when there are enough of them, and float16/bfloat16 go through float32.
-#include "cpu/gemm_common.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
+#include "cpu/gemm_common.h"
 
 namespace ampgrad::cpu {
 void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { eigen_matmul(a, w, out); }

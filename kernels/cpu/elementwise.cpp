@@ -205,10 +205,10 @@ void CpuBackend::binary(BinaryOp op, const Operand& a, const Operand& b, const T
     AG_CHECK(binary_widens(op), op_name(op), "internal: operands of ", dtype_name(a.tensor().dtype()), " and ",
              dtype_name(b.tensor().dtype()), " for a float32 result");
     switch (op) {
-      case BinaryOp::Add: return widening_binary(a.tensor(), b.tensor(), out, "add", BinaryFn<BinaryOp::Add>{});
-      case BinaryOp::Sub: return widening_binary(a.tensor(), b.tensor(), out, "sub", BinaryFn<BinaryOp::Sub>{});
-      case BinaryOp::Mul: return widening_binary(a.tensor(), b.tensor(), out, "mul", BinaryFn<BinaryOp::Mul>{});
-      default: return widening_binary(a.tensor(), b.tensor(), out, "div", BinaryFn<BinaryOp::Div>{});
+      case BinaryOp::Add: return widening_binary(a.tensor(), b.tensor(), out, op::add, BinaryFn<BinaryOp::Add>{});
+      case BinaryOp::Sub: return widening_binary(a.tensor(), b.tensor(), out, op::sub, BinaryFn<BinaryOp::Sub>{});
+      case BinaryOp::Mul: return widening_binary(a.tensor(), b.tensor(), out, op::mul, BinaryFn<BinaryOp::Mul>{});
+      default: return widening_binary(a.tensor(), b.tensor(), out, op::div, BinaryFn<BinaryOp::Div>{});
     }
   }
   if (!a.is_scalar() && !b.is_scalar() && try_vmath<2>(vmath::binary_fn(op), 0.0f, out, {&a.tensor(), &b.tensor()}))
@@ -239,7 +239,7 @@ void CpuBackend::compare(CompareOp op, const Operand& a, const Operand& b, const
 }
 
 void CpuBackend::where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) {
-  dispatch_all(out.dtype(), "where", [&]<class T>() { where_kernel<T>(cond, a, b, out); });
+  dispatch_all(out.dtype(), op::where, [&]<class T>() { where_kernel<T>(cond, a, b, out); });
 }
 
 }  // namespace ampgrad::cpu

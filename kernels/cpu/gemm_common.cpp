@@ -11,10 +11,10 @@
 #include <Eigen/Core>
 #include <vector>
 
+#include "ampgrad/raw.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
-#include "ampgrad/raw.h"
 
 namespace ampgrad::cpu {
 
@@ -98,16 +98,14 @@ Tensor operand_copy(const Tensor& t, DType dt) {
 
 bool split_items(int64_t items, double flops_per_item) {
   const int threads = omp_get_max_threads();
-  if (items <= 1 || threads == 1 || omp_in_parallel() || double(items) * flops_per_item < double(1 << 20))
-    return false;
+  if (items <= 1 || threads == 1 || omp_in_parallel() || double(items) * flops_per_item < double(1 << 20)) return false;
   return items >= threads || flops_per_item < double(1 << 22);
 }
 
 namespace {
 
 template <class T, int LA, int LW>
-void gemm_one(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t M, int64_t K,
-              int64_t N, const T* bias) {
+void gemm_one(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t M, int64_t K, int64_t N, const T* bias) {
   using namespace Eigen;
   using MatA = Map<const Matrix<T, Dynamic, Dynamic, LA>, 0, OuterStride<>>;
   using MatW = Map<const Matrix<T, Dynamic, Dynamic, LW>, 0, OuterStride<>>;
@@ -118,8 +116,8 @@ void gemm_one(const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t M,
 }
 
 template <class T>
-void gemm_layouts(bool a_rows, bool w_rows, const T* a, int64_t lda, const T* w, int64_t ldw,
-                  T* c, int64_t M, int64_t K, int64_t N, const T* bias) {
+void gemm_layouts(bool a_rows, bool w_rows, const T* a, int64_t lda, const T* w, int64_t ldw, T* c, int64_t M,
+                  int64_t K, int64_t N, const T* bias) {
   constexpr int R = Eigen::RowMajor, Cm = Eigen::ColMajor;
   if (a_rows) {
     if (w_rows) gemm_one<T, R, R>(a, lda, w, ldw, c, M, K, N, bias);
@@ -133,8 +131,8 @@ void gemm_layouts(bool a_rows, bool w_rows, const T* a, int64_t lda, const T* w,
 template <class T>
 void gemm_batched(const MatmulGeom& g, const T* a, const T* w, T* c, const T* bias) {
   over_items(g.B, 2.0 * double(g.M) * double(g.N) * double(g.K), [&](int64_t b) {
-    gemm_layouts<T>(g.a.row_major(), g.w.row_major(), a + b * g.a.bs, g.a.ld(), w + b * g.w.bs,
-                    g.w.ld(), c + b * g.M * g.N, g.M, g.K, g.N, bias);
+    gemm_layouts<T>(g.a.row_major(), g.w.row_major(), a + b * g.a.bs, g.a.ld(), w + b * g.w.bs, g.w.ld(),
+                    c + b * g.M * g.N, g.M, g.K, g.N, bias);
   });
 }
 
@@ -151,11 +149,10 @@ void gemm_any(const Tensor& a0, const Tensor& w0, const Tensor& bias, const Tens
   const Tensor a = gemm_operand(a0), w = gemm_operand(w0);
   const Tensor b = bias.defined() ? detail::contiguous_raw(bias) : bias;
   const MatmulGeom g = matmul_geom(a, w);
-  dispatch_floating(out.dtype(), "matmul", [&]<class T>() {
+  dispatch_floating(out.dtype(), op::matmul, [&]<class T>() {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       gemm_batched<T>(g, static_cast<const T*>(a.raw_data()), static_cast<const T*>(w.raw_data()),
-                      static_cast<T*>(out.raw_data()),
-                      b.defined() ? static_cast<const T*>(b.raw_data()) : nullptr);
+                      static_cast<T*>(out.raw_data()), b.defined() ? static_cast<const T*>(b.raw_data()) : nullptr);
     }
   });
 }
@@ -182,8 +179,8 @@ void eigen_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, con
 namespace {
 
 template <class T>
-void tile_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
-                    const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+void tile_gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                    int64_t ldb, T beta, T* c, int64_t ldc) {
   using namespace Eigen;
   using Mat = Map<const Matrix<T, Dynamic, Dynamic, RowMajor>, 0, OuterStride<>>;
   Map<Matrix<T, Dynamic, Dynamic, RowMajor>, 0, OuterStride<>> C(c, m, n, OuterStride<>(ldc));
@@ -203,8 +200,8 @@ void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al
                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   tile_gemm_impl<float>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
-                     int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+void eigen_tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,
+                     const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
   tile_gemm_impl<double>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a, int64_t lda,

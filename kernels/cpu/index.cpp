@@ -52,7 +52,7 @@ void CpuBackend::gather(const Tensor& x0, int64_t dim, const Tensor& index, cons
   const Split3 xi(x.sizes(), dim);
   const Shape& isz = index.sizes();
   const Shape xst = x.strides();
-  dispatch_all(x.dtype(), "gather", [&]<class T>() {
+  dispatch_all(x.dtype(), op::gather, [&]<class T>() {
     const T* src = static_cast<const T*>(x.raw_data());
     T* dst = static_cast<T*>(out.raw_data());
     const int64_t* idx = index.data_ptr<int64_t>();

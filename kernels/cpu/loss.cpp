@@ -266,7 +266,7 @@ void CpuBackend::cross_entropy(const Tensor& x, int64_t classes, int64_t inner, 
   const Params q{classes, inner, ignore_index, label_smoothing};
   const int64_t* tp = target.data_ptr<int64_t>();
   std::atomic<int64_t> bad{kNoBad};
-  dispatch_floating(x.dtype(), "cross_entropy", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::cross_entropy, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* xp = static_cast<const T*>(x.raw_data());
     T* lp = static_cast<T*>(loss.raw_data());
@@ -276,8 +276,8 @@ void CpuBackend::cross_entropy(const Tensor& x, int64_t classes, int64_t inner, 
   });
   const int64_t p = bad.load();
   if (p != kNoBad)
-    AG_ERROR("cross_entropy", "target ", tp[p], " is out of range for ", classes, " classes (expected [0, ", classes - 1,
-             "] or ignore_index ", ignore_index, ")");
+    AG_ERROR(op::cross_entropy, "target ", tp[p], " is out of range for ", classes, " classes (expected [0, ",
+             classes - 1, "] or ignore_index ", ignore_index, ")");
 }
 
 void CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int64_t classes, int64_t inner,
@@ -287,7 +287,7 @@ void CpuBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& x
   if (positions == 0 || classes == 0) return;
   const int64_t outer = positions / inner;
   const Params q{classes, inner, ignore_index, label_smoothing};
-  dispatch_floating(x.dtype(), "cross_entropy", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::cross_entropy, [&]<class T>() {
     using A = acc_type_t<T>;
     const T* gp = static_cast<const T*>(grad_loss.raw_data());
     const T* xp = static_cast<const T*>(x.raw_data());

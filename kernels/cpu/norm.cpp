@@ -376,7 +376,7 @@ void run_ln_backward(const LnBackward<T>& a, int64_t r0, int64_t r1, acc_type_t<
 void CpuBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   const Split3 s(x.sizes(), dim);
   if (x.numel() == 0) return;
-  dispatch_floating(x.dtype(), log ? "log_softmax" : "softmax", [&]<class T>() {
+  dispatch_floating(x.dtype(), log ? op::log_softmax : op::softmax, [&]<class T>() {
     using A = acc_type_t<T>;
     for_each_block<T, 1>(s, {&x}, out, [&](A** b, int64_t n, int64_t w, A* scratch) {
       if (log) run_softmax_block<true>(b[0], n, w, scratch);
@@ -389,7 +389,7 @@ void CpuBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int64
                                   const Tensor& grad_in) {
   const Split3 s(y.sizes(), dim);
   if (y.numel() == 0) return;
-  dispatch_floating(y.dtype(), log ? "log_softmax" : "softmax", [&]<class T>() {
+  dispatch_floating(y.dtype(), log ? op::log_softmax : op::softmax, [&]<class T>() {
     using A = acc_type_t<T>;
     for_each_block<T, 2>(s, {&grad_out, &y}, grad_in, [&](A** b, int64_t n, int64_t w, A* scratch) {
       if (log) run_softmax_backward_block<true>(b[0], b[1], n, w, scratch);
@@ -402,12 +402,14 @@ void CpuBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight
                             double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   const int64_t rows = inner > 0 ? x.numel() / inner : 0;
   if (x.numel() == 0) return;
-  dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::layer_norm, [&]<class T>() {
     using A = acc_type_t<T>;
     const int64_t sz = int64_t(sizeof(T));
     std::vector<A> w, b;  // widened once, shared by all rows
-    if (weight.defined()) w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
-    if (bias.defined()) b.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(bias.raw_data()), sz, b.data(), inner);
+    if (weight.defined())
+      w.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(weight.raw_data()), sz, w.data(), inner);
+    if (bias.defined())
+      b.resize(size_t(inner)), load_acc<T>(static_cast<const char*>(bias.raw_data()), sz, b.data(), inner);
     LnForward<T> a{static_cast<const char*>(x.raw_data()), static_cast<char*>(y.raw_data()),
                    w.empty() ? nullptr : w.data(), b.empty() ? nullptr : b.data(),
                    static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), inner, A(eps)};
@@ -424,7 +426,7 @@ void CpuBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, co
                                      const Tensor& grad_w, const Tensor& grad_b) {
   const int64_t rows = mean.numel();
   const int64_t inner = layer_norm_inner(x, mean, grad_w, grad_b);
-  dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+  dispatch_floating(x.dtype(), op::layer_norm, [&]<class T>() {
     using A = acc_type_t<T>;
     const int64_t sz = int64_t(sizeof(T));
     if (inner == 0 || rows == 0) {  // empty rows: parameter gradients are zero

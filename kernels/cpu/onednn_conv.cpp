@@ -125,7 +125,7 @@ std::shared_ptr<PrimitivePlan> build_plan(const ConvProblem& cp, ConvKind kind, 
 
 // The cached plan; oneDNN having no (or only a reference) kernel gives a not-ok plan.
 std::shared_ptr<PrimitivePlan> get_plan(const ConvProblem& cp, ConvKind kind, DType dtype, bool bias,
-                               bool blocked = false, const char* op = "conv2d") {
+                                        bool blocked = false, const char* op = ampgrad::op::conv2d) {
   return guarded(op, [&] {
     return conv_cache().get(cp.key(kind, dtype, bias) << blocked, [&] {
       try {
@@ -168,8 +168,8 @@ void CpuBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, co
     conv2d(float_or_undefined(x), float_or_undefined(w), float_or_undefined(bias), of, p);
     return copy_back(of, out);
   }
-  if (bias.defined()) plan->execute({x.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data()}, "conv2d");
-  else plan->execute({x.raw_data(), w.raw_data(), out.raw_data()}, "conv2d");
+  if (bias.defined()) plan->execute({x.raw_data(), w.raw_data(), bias.raw_data(), out.raw_data()}, op::conv2d);
+  else plan->execute({x.raw_data(), w.raw_data(), out.raw_data()}, op::conv2d);
 }
 
 void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in,
@@ -184,7 +184,7 @@ void CpuBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, 
     conv2d_backward_input(float_or_undefined(grad_out), float_or_undefined(w), gf, p);
     return copy_back(gf, grad_in);
   }
-  plan->execute({grad_out.raw_data(), w.raw_data(), grad_in.raw_data()}, "conv2d");
+  plan->execute({grad_out.raw_data(), w.raw_data(), grad_in.raw_data()}, op::conv2d);
 }
 
 void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
@@ -212,9 +212,8 @@ void CpuBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x,
     return copy_back(gb, grad_bias);
   }
   if (grad_bias.defined())
-    plan->execute({x.raw_data(), grad_out.raw_data(), grad_w.raw_data(), grad_bias.raw_data()}, "conv2d");
-  else
-    plan->execute({x.raw_data(), grad_out.raw_data(), grad_w.raw_data()}, "conv2d");
+    plan->execute({x.raw_data(), grad_out.raw_data(), grad_w.raw_data(), grad_bias.raw_data()}, op::conv2d);
+  else plan->execute({x.raw_data(), grad_out.raw_data(), grad_w.raw_data()}, op::conv2d);
 }
 
 // ---- pooling -----------------------------------------------------------------------------
@@ -344,7 +343,7 @@ Tensor CpuBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dPa
     auto e = get_pool(pp, PoolKind::MaxForward, x.dtype(), false);
     if (e->prim) {
       Tensor ws = make_tensor({int64_t(e->workspace_bytes)}, kUInt8, x.device());
-      e->prim->execute({x.raw_data(), out.raw_data(), ws.raw_data()}, "max_pool2d");
+      e->prim->execute({x.raw_data(), out.raw_data(), ws.raw_data()}, op::max_pool2d);
       return ws;
     }
   }
@@ -356,8 +355,8 @@ void CpuBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor&, cons
   if (saved.dtype() == kInt64) return pool_max_backward(grad_out, saved, grad_in);
   const PoolProblem pp(grad_in.sizes(), grad_out.sizes(), p);
   auto e = get_pool(pp, PoolKind::MaxBackward, grad_in.dtype(), false);
-  AG_CHECK(e->prim != nullptr, "max_pool2d", "internal: no oneDNN backward for a oneDNN forward");
-  e->prim->execute({grad_out.raw_data(), saved.raw_data(), grad_in.raw_data()}, "max_pool2d");
+  AG_CHECK(e->prim != nullptr, op::max_pool2d, "internal: no oneDNN backward for a oneDNN forward");
+  e->prim->execute({grad_out.raw_data(), saved.raw_data(), grad_in.raw_data()}, op::max_pool2d);
 }
 
 // oneDNN's include-padding average divides by the full window, also where ceil_mode's
@@ -367,7 +366,7 @@ void CpuBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dPara
   const PoolProblem pp(x.sizes(), out.sizes(), p);
   if (pool_dtype(x.dtype()) && out.numel() > 0 && !(p.count_include_pad && pp.overhang())) {
     auto e = get_pool(pp, PoolKind::AvgForward, x.dtype(), p.count_include_pad);
-    if (e->prim) return e->prim->execute({x.raw_data(), out.raw_data()}, "avg_pool2d");
+    if (e->prim) return e->prim->execute({x.raw_data(), out.raw_data()}, op::avg_pool2d);
   }
   pool_avg_forward(x, out, p);
 }
@@ -376,7 +375,7 @@ void CpuBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_
   const PoolProblem pp(grad_in.sizes(), grad_out.sizes(), p);
   if (pool_dtype(grad_in.dtype()) && grad_out.numel() > 0 && !(p.count_include_pad && pp.overhang())) {
     auto e = get_pool(pp, PoolKind::AvgBackward, grad_in.dtype(), p.count_include_pad);
-    if (e->prim) return e->prim->execute({grad_out.raw_data(), grad_in.raw_data()}, "avg_pool2d");
+    if (e->prim) return e->prim->execute({grad_out.raw_data(), grad_in.raw_data()}, op::avg_pool2d);
   }
   pool_avg_backward(grad_out, grad_in, p);
 }
@@ -445,14 +444,14 @@ TensorList CpuBackend::conv2d_block(const Tensor& x, const Tensor& w, const Tens
     return conv2d_block_composed(x, w, bias, out, p, act, pool);
   const Shape ys = conv2d_output_shape(x.sizes(), w.sizes(), p);
   const ConvProblem cp(x.sizes(), w.sizes(), ys, p);
-  auto plan = get_plan(cp, ConvKind::Forward, dtype, bias.defined(), true, "conv2d_block");
+  auto plan = get_plan(cp, ConvKind::Forward, dtype, bias.defined(), true, op::conv2d_block);
   BlockLayout L;
   if (!plan->ok() || !act_layout(plan->dst_user, L)) return conv2d_block_composed(x, w, bias, out, p, act, pool);
   const Device dev = out.device();
   // y lives only until the pooling has read it.
   Tensor y = make_tensor({int64_t(plan->dst_user.get_size())}, kUInt8, dev);
-  if (bias.defined()) plan->execute({x.raw_data(), w.raw_data(), bias.raw_data(), y.raw_data()}, "conv2d_block");
-  else plan->execute({x.raw_data(), w.raw_data(), y.raw_data()}, "conv2d_block");
+  if (bias.defined()) plan->execute({x.raw_data(), w.raw_data(), bias.raw_data(), y.raw_data()}, op::conv2d_block);
+  else plan->execute({x.raw_data(), w.raw_data(), y.raw_data()}, op::conv2d_block);
   Tensor arg = make_tensor(out.sizes(), kUInt8, dev);
   const auto [ph, pw] = pool_dims(ys, pool);
   block_pool_forward(dtype, y.raw_data(), L, ph, pw, ys[0], out.size(2), out.size(3), act == Activation::Relu,
@@ -469,9 +468,10 @@ void CpuBackend::conv2d_block_backward(const Tensor& g, const Tensor& x, const T
   const Shape ys = conv2d_output_shape(x.sizes(), w.sizes(), p);
   const ConvProblem cp(x.sizes(), w.sizes(), ys, p);
   // The forward's plan, cached: its destination layout is the gradient's.
-  auto fwd = get_plan(cp, ConvKind::Forward, dtype, grad_bias.defined(), true, "conv2d_block");
+  auto fwd = get_plan(cp, ConvKind::Forward, dtype, grad_bias.defined(), true, op::conv2d_block);
   BlockLayout L;
-  AG_CHECK(fwd->ok() && act_layout(fwd->dst_user, L), "conv2d_block", "internal: no blocked layout for a blocked forward");
+  AG_CHECK(fwd->ok() && act_layout(fwd->dst_user, L), op::conv2d_block,
+           "internal: no blocked layout for a blocked forward");
   const Device dev = g.device();
   const size_t gy_bytes = fwd->dst_user.get_size();
   Tensor gy = make_tensor({int64_t(gy_bytes)}, kUInt8, dev);
@@ -483,27 +483,29 @@ void CpuBackend::conv2d_block_backward(const Tensor& g, const Tensor& x, const T
   auto gy_plain = [&]() -> const Tensor& {
     if (!plain.defined()) {
       plain = make_tensor(ys, dtype, dev);
-      guarded("conv2d_block", [&] {
-        const memory::desc to(cp.dst, dnnl_type(dtype), memory::format_tag::nchw);
-        const dnnl::reorder::primitive_desc rpd(engine(), fwd->dst_user, engine(), to);
-        Prim(dnnl::reorder(rpd), {{DNNL_ARG_FROM, fwd->dst_user}, {DNNL_ARG_TO, to}})
-            .execute({gy.raw_data(), plain.raw_data()}, "conv2d_block");
-      }, [] { return std::string("the activation gradient's reorder"); });
+      guarded(
+          op::conv2d_block,
+          [&] {
+            const memory::desc to(cp.dst, dnnl_type(dtype), memory::format_tag::nchw);
+            const dnnl::reorder::primitive_desc rpd(engine(), fwd->dst_user, engine(), to);
+            Prim(dnnl::reorder(rpd), {{DNNL_ARG_FROM, fwd->dst_user}, {DNNL_ARG_TO, to}})
+                .execute({gy.raw_data(), plain.raw_data()}, op::conv2d_block);
+          },
+          [] { return std::string("the activation gradient's reorder"); });
     }
     return plain;
   };
   if (grad_x.defined() && grad_x.numel() > 0) {
-    auto plan = get_plan(cp, ConvKind::BackwardData, dtype, false, true, "conv2d_block");
-    if (plan->ok()) plan->execute({gy.raw_data(), w.raw_data(), grad_x.raw_data()}, "conv2d_block");
+    auto plan = get_plan(cp, ConvKind::BackwardData, dtype, false, true, op::conv2d_block);
+    if (plan->ok()) plan->execute({gy.raw_data(), w.raw_data(), grad_x.raw_data()}, op::conv2d_block);
     else conv2d_backward_input(gy_plain(), w, grad_x, p);
   }
   if (grad_w.defined() && grad_w.numel() > 0) {
-    auto plan = get_plan(cp, ConvKind::BackwardWeights, dtype, grad_bias.defined(), true, "conv2d_block");
+    auto plan = get_plan(cp, ConvKind::BackwardWeights, dtype, grad_bias.defined(), true, op::conv2d_block);
     if (!plan->ok()) return conv2d_backward_weight(gy_plain(), x, grad_w, grad_bias, p);
     if (grad_bias.defined())
-      plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data(), grad_bias.raw_data()}, "conv2d_block");
-    else
-      plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data()}, "conv2d_block");
+      plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data(), grad_bias.raw_data()}, op::conv2d_block);
+    else plan->execute({x.raw_data(), gy.raw_data(), grad_w.raw_data()}, op::conv2d_block);
   } else if (grad_bias.defined()) {
     conv_bias_grad(gy_plain(), grad_bias);
   }

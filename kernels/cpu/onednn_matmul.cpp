@@ -21,13 +21,13 @@
 // without it, such as AVX-512 EPYCs) or only the reference kernel exists, which is found
 // out once per shape, the operands are converted to float32, multiplied, and the result
 // is rounded once to float16.
-#include "cpu/gemm_common.h"
-#include "cpu/cpu_backend.h"
-#include "cpu/gemm.h"
-#include "cpu/onednn_cache.h"
 #include "ampgrad/hw/profile.h"
 #include "ampgrad/matmul_precision.h"
 #include "ampgrad/raw.h"
+#include "cpu/cpu_backend.h"
+#include "cpu/gemm.h"
+#include "cpu/gemm_common.h"
+#include "cpu/onednn_cache.h"
 
 #include <omp.h>
 
@@ -60,7 +60,7 @@ dnnl::algorithm post_op_algorithm(Activation act) {
     case Activation::GeluTanh: return dnnl::algorithm::eltwise_gelu_tanh;
     case Activation::None: break;
   }
-  AG_ERROR("linear", "no oneDNN post-op for the activation ", activation_name(act));
+  AG_ERROR(op::linear, "no oneDNN post-op for the activation ", activation_name(act));
 }
 
 // True when float32 products compute in bfloat16 now: "medium" on a CPU that runs bfloat16
@@ -270,22 +270,22 @@ void run(const Tensor& a0, const Tensor& w0, const Tensor& bias0, const Tensor& 
 
 }  // namespace
 
-void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { run(a, w, Tensor(), out, "matmul"); }
+void CpuBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) { run(a, w, Tensor(), out, op::matmul); }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   const LinearAsMatmul v(x, weight, out);
-  run(v.a, v.w, bias, v.out, "linear");
+  run(v.a, v.w, bias, v.out, op::linear);
 }
 
 void CpuBackend::matmul_times(const Tensor& a, const Tensor& w, const Tensor& mul, const Tensor& out) {
-  run(a, w, Tensor(), out, "matmul", Activation::None, &mul);
+  run(a, w, Tensor(), out, op::matmul, Activation::None, &mul);
 }
 
 Tensor CpuBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                               const Tensor& out, bool keep) {
   if (keep && !activation_grad_reads_output(act)) return linear_act_with_slope(x, weight, bias, act, out);
   const LinearAsMatmul v(x, weight, out);
-  run(v.a, v.w, bias, v.out, "linear", act);
+  run(v.a, v.w, bias, v.out, op::linear, act);
   return Tensor();
 }
 

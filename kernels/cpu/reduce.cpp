@@ -489,8 +489,10 @@ struct ReduceScratch {
   std::unique_ptr<A[]> buf_owner;  // not vector<bool>
   A* buf;
   explicit ReduceScratch(const ReduceGroups& gr)
-      : st(static_cast<size_t>(gr.W)), blk(gr.columns ? new typename Red::Block : nullptr),
-        buf_owner(new A[size_t(std::max(kChunk, 4 * gr.W))]), buf(buf_owner.get()) {}
+      : st(static_cast<size_t>(gr.W)),
+        blk(gr.columns ? new typename Red::Block : nullptr),
+        buf_owner(new A[size_t(std::max(kChunk, 4 * gr.W))]),
+        buf(buf_owner.get()) {}
 };
 
 // Reduced indices r0..r1 of the one output at base into st (the rows layout): contiguous
@@ -700,7 +702,7 @@ void CpuBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const T
 
 void CpuBackend::max_min_dim(bool is_max, const Tensor& x, int64_t dim, const Tensor& values,
                              const Tensor& indices) {
-  const char* name = is_max ? "max" : "min";
+  const char* name = is_max ? op::max : op::min;
   const Prepared pr = prepare(*this, x, Shape{dim}, false);
   dispatch_all(x.dtype(), name, [&]<class T>() {
     using A = acc_type_t<T>;

@@ -77,12 +77,12 @@ const char* status_string(cudnnStatus_t s) { return cudnnGetErrorString(s); }
 
 const char* error_op_name(int code) {
   switch (code) {
-    case kErrIndexSelect: return "index_select";
+    case kErrIndexSelect: return op::index_select;
     case kErrIndexAdd: return "index_add";
-    case kErrGather: return "gather";
+    case kErrGather: return op::gather;
     case kErrScatterAdd: return "scatter_add";
-    case kErrEmbedding: return "embedding";
-    case kErrCrossEntropy: return "cross_entropy";
+    case kErrEmbedding: return op::embedding;
+    case kErrCrossEntropy: return op::cross_entropy;
     default: return "cuda";
   }
 }
@@ -148,8 +148,8 @@ void raise_device_errors(int device_index) {
   const DeviceError e = *slot.host;
   if (e.code == 0) return;
   if (e.code == kErrCrossEntropy)  // the CPU kernel's wording
-    AG_ERROR("cross_entropy", "target ", e.value, " is out of range for ", e.bound, " classes (found on cuda:",
-             device_index, ")");
+    AG_ERROR(op::cross_entropy, "target ", e.value, " is out of range for ", e.bound,
+             " classes (found on cuda:", device_index, ")");
   AG_ERROR(error_op_name(e.code), "index ", e.value, " is out of range for a dimension of size ", e.bound,
            " (found on cuda:", device_index, ")");
 }

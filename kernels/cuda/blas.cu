@@ -441,13 +441,13 @@ void release_blas_workspace(Stream s, cudaStream_t stream) {
 void CudaBackend::matmul(const Tensor& a, const Tensor& w, const Tensor& out) {
   if (out.numel() == 0) return;
   const Mat ma = matmul_operand(a), mw = matmul_operand(w);
-  run(ma, mw, a.size(0), a.size(1), a.size(2), w.size(2), Tensor(), out, a.dtype(), "matmul");
+  run(ma, mw, a.size(0), a.size(1), a.size(2), w.size(2), Tensor(), out, a.dtype(), op::matmul);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
   if (out.numel() == 0) return;
   const Mat mx = linear_operand(x, false), mw = linear_operand(weight, true);
-  run(mx, mw, 1, x.size(0), x.size(1), weight.size(0), packed_bias(bias), out, x.dtype(), "linear");
+  run(mx, mw, 1, x.size(0), x.size(1), weight.size(0), packed_bias(bias), out, x.dtype(), op::linear);
 }
 
 Tensor CudaBackend::linear_act(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
@@ -473,7 +473,8 @@ Tensor CudaBackend::linear_act(const Tensor& x, const Tensor& weight, const Tens
     e.kind = relu ? (with_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU)
                   : (with_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
   }
-  if (gemm(linear_operand(x, false), linear_operand(weight, true), 1, M, K, N, e, out, x.dtype(), "linear")) return aux;
+  if (gemm(linear_operand(x, false), linear_operand(weight, true), 1, M, K, N, e, out, x.dtype(), op::linear))
+    return aux;
   return linear_act_composed(x, weight, bias, act, out, keep);
 }
 
@@ -494,10 +495,10 @@ void CudaBackend::linear_act_backward(const Tensor& g, const Tensor& next_weight
     e.aux = saved.raw_data();
     e.aux_ld = relu_mask ? relu_mask_ld(N) : N;
     if (gemm(linear_operand(g, false), linear_operand(next_weight, false), 1, M, g.size(1), N, e, grad_pre, g.dtype(),
-             "linear"))
+             op::linear))
       return;
   }
-  AG_CHECK(!relu_mask || out.defined(), "linear", "the ReLU gradient needs the output when the mask cannot be used");
+  AG_CHECK(!relu_mask || out.defined(), op::linear, "the ReLU gradient needs the output when the mask cannot be used");
   linear_act_backward_composed(g, next_weight, out, relu_mask ? Tensor() : saved, act, grad_pre, grad_bias);
 }
 

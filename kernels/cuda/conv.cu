@@ -130,10 +130,9 @@ const char* kind_name(Kind kind) {
 // What makes a problem's plan: the device, kind, dtype, math, shapes and parameters.
 ConvKey conv_key(Kind kind, const Shape& xs, const Shape& ws, const Shape& ys, const Conv2dParams& p, DType dt,
                  cudnnMathType_t math, int device) {
-  return {device,  int64_t(kind), int64_t(dt), int64_t(math), xs[0],        xs[1],
-          xs[2],   xs[3],         ws[0],       ws[1],         ws[2],        ws[3],
-          ys[2],   ys[3],         p.groups,    p.stride[0],   p.stride[1],  p.padding[0],
-          p.padding[1], p.dilation[0], p.dilation[1], ys[0], ys[1], 0};
+  return {device,      int64_t(kind), int64_t(dt),  int64_t(math), xs[0],         xs[1], xs[2],    xs[3],
+          ws[0],       ws[1],         ws[2],        ws[3],         ys[2],         ys[3], p.groups, p.stride[0],
+          p.stride[1], p.padding[0],  p.padding[1], p.dilation[0], p.dilation[1], ys[0], ys[1],    0};
 }
 
 // The plan's descriptors of x, y, w and the convolution, asking for `math`.
@@ -191,14 +190,16 @@ bool choose_algorithm(Kind kind, ConvPlan& c, cudnnHandle_t h, cudnnMathType_t m
       });
     case Kind::BackwardData:
       AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &n));
-      return pick_ranked<cudnnConvolutionBwdDataAlgoPerf_t>(n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
-        AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, found, perf));
-      });
+      return pick_ranked<cudnnConvolutionBwdDataAlgoPerf_t>(
+          n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
+            AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, c.w, c.y, c.conv, c.x, m, found, perf));
+          });
     case Kind::BackwardFilter:
       AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &n));
-      return pick_ranked<cudnnConvolutionBwdFilterAlgoPerf_t>(n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
-        AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, found, perf));
-      });
+      return pick_ranked<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          n, math, c, chosen_math, [&](int m, int* found, auto* perf) {
+            AG_CUDA_CHECK(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, c.x, c.y, c.conv, c.w, m, found, perf));
+          });
   }
   return false;
 }
@@ -484,7 +485,7 @@ void launch_floating(DType dt, int64_t total, const Device& device, const char* 
 
 void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& out,
                          const Conv2dParams& p) {
-  const char* op = "conv2d";
+  const char* op = ampgrad::op::conv2d;
   if (out.numel() == 0) return;
   const int device = out.device().index;
   DeviceGuard guard(device, op);
@@ -507,7 +508,7 @@ void CudaBackend::conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w, const Tensor& grad_in,
                                         const Conv2dParams& p) {
-  const char* op = "conv2d";
+  const char* op = ampgrad::op::conv2d;
   if (grad_in.numel() == 0) return;
   const int device = grad_in.device().index;
   DeviceGuard guard(device, op);
@@ -526,7 +527,7 @@ void CudaBackend::conv2d_backward_input(const Tensor& grad_out, const Tensor& w,
 
 void CudaBackend::conv2d_backward_weight(const Tensor& grad_out, const Tensor& x, const Tensor& grad_w,
                                          const Tensor& grad_bias, const Conv2dParams& p) {
-  const char* op = "conv2d";
+  const char* op = ampgrad::op::conv2d;
   const int device = grad_out.device().index;
   DeviceGuard guard(device, op);
   const cudaStream_t stream = stream_of(grad_out.device());
@@ -550,7 +551,7 @@ Tensor CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dP
   Tensor idx = empty(out.sizes().vec(), TensorOptions().dtype(kInt64).device(out.device()));
   const PoolArgs a = pool_args(x.sizes(), out.sizes(), p);
   const int64_t total = out.numel();
-  launch_floating(x.dtype(), total, out.device(), "max_pool2d", [&]<class D>(unsigned blocks, cudaStream_t stream) {
+  launch_floating(x.dtype(), total, out.device(), op::max_pool2d, [&]<class D>(unsigned blocks, cudaStream_t stream) {
     launch(max_pool_forward<D>, blocks, kThreads, 0, stream,
            static_cast<const D*>(x.raw_data()), static_cast<D*>(out.raw_data()), idx.data_ptr<int64_t>(), total, a);
   });
@@ -559,11 +560,11 @@ Tensor CudaBackend::max_pool2d(const Tensor& x, const Tensor& out, const Pool2dP
 
 void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor&, const Tensor& saved,
                                       const Tensor& grad_in, const Pool2dParams& p) {
-  AG_CHECK(saved.defined() && saved.dtype() == kInt64 && saved.numel() == grad_out.numel(), "max_pool2d",
+  AG_CHECK(saved.defined() && saved.dtype() == kInt64 && saved.numel() == grad_out.numel(), op::max_pool2d,
            "internal: the backward expects the int64 indices of the cuda forward");
   const PoolArgs a = pool_args(grad_in.sizes(), grad_out.sizes(), p);
   const int64_t total = grad_in.numel();
-  launch_floating(grad_in.dtype(), total, grad_in.device(), "max_pool2d",
+  launch_floating(grad_in.dtype(), total, grad_in.device(), op::max_pool2d,
                   [&]<class D>(unsigned blocks, cudaStream_t stream) {
                     launch(max_pool_backward<D>, blocks, kThreads, 0, stream,
                            static_cast<const D*>(grad_out.raw_data()), saved.data_ptr<int64_t>(),
@@ -574,7 +575,7 @@ void CudaBackend::max_pool2d_backward(const Tensor& grad_out, const Tensor&, con
 void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dParams& p) {
   const PoolArgs a = pool_args(x.sizes(), out.sizes(), p);
   const int64_t total = out.numel();
-  launch_floating(x.dtype(), total, out.device(), "avg_pool2d", [&]<class D>(unsigned blocks, cudaStream_t stream) {
+  launch_floating(x.dtype(), total, out.device(), op::avg_pool2d, [&]<class D>(unsigned blocks, cudaStream_t stream) {
     launch(avg_pool_forward<D>, blocks, kThreads, 0, stream,
            static_cast<const D*>(x.raw_data()), static_cast<D*>(out.raw_data()), total, a);
   });
@@ -583,7 +584,7 @@ void CudaBackend::avg_pool2d(const Tensor& x, const Tensor& out, const Pool2dPar
 void CudaBackend::avg_pool2d_backward(const Tensor& grad_out, const Tensor& grad_in, const Pool2dParams& p) {
   const PoolArgs a = pool_args(grad_in.sizes(), grad_out.sizes(), p);
   const int64_t total = grad_in.numel();
-  launch_floating(grad_in.dtype(), total, grad_in.device(), "avg_pool2d",
+  launch_floating(grad_in.dtype(), total, grad_in.device(), op::avg_pool2d,
                   [&]<class D>(unsigned blocks, cudaStream_t stream) {
                     launch(avg_pool_backward<D>, blocks, kThreads, 0, stream,
                            static_cast<const D*>(grad_out.raw_data()), static_cast<D*>(grad_in.raw_data()), total, a);

@@ -250,7 +250,7 @@ void binary_kernel(const char* op, const Operand& a, const Operand& b, const Ten
 template <class T>
 void where_kernel(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) {
   using D = dev_t<T>;
-  const char* op = "where";
+  const char* op = ampgrad::op::where;
   if (a.is_scalar() && b.is_scalar()) {
     launch_map<D, bool>(op, WhereSS<D>{storage_scalar<T>(a), storage_scalar<T>(b)}, out, {&cond});
   } else if (a.is_scalar()) {
@@ -339,7 +339,7 @@ void CudaBackend::compare(CompareOp op, const Operand& a, const Operand& b, cons
 }
 
 void CudaBackend::where(const Tensor& cond, const Operand& a, const Operand& b, const Tensor& out) {
-  dispatch_all(out.dtype(), "where", [&]<class T>() { where_kernel<T>(cond, a, b, out); });
+  dispatch_all(out.dtype(), op::where, [&]<class T>() { where_kernel<T>(cond, a, b, out); });
 }
 
 }  // namespace ampgrad::cuda

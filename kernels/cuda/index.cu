@@ -179,11 +179,11 @@ void CudaBackend::index_select(const Tensor& x, int64_t dim, const Tensor& index
   // The 1-D index seen over out's shape: its stride along dim, 0 elsewhere.
   std::vector<int64_t> idx_strides(size_t(out.dim() == 0 ? 1 : out.dim()), 0);
   if (out.dim() > 0) idx_strides[size_t(dim)] = (index.dim() == 0 ? 1 : index.strides()[0]) * int64_t(sizeof(int64_t));
-  launch_take("index_select", kErrIndexSelect, x, dim, index, std::move(idx_strides), out);
+  launch_take(op::index_select, kErrIndexSelect, x, dim, index, std::move(idx_strides), out);
 }
 
 void CudaBackend::gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
-  launch_take("gather", kErrGather, x, dim, index, dims_of(index).strides, out);
+  launch_take(op::gather, kErrGather, x, dim, index, dims_of(index).strides, out);
 }
 
 void CudaBackend::index_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {

@@ -194,7 +194,7 @@ void launch_cross_entropy(const Tensor& x, int64_t classes, int64_t inner, const
     launch(cross_entropy_cols_kernel<D, A>, grid_for(positions, kBlockThreads), kBlockThreads, 0, stream,
            xp, tp, lp, sp, positions, k, err);
   }
-  check_launch("cross_entropy", dev.index);
+  check_launch(op::cross_entropy, dev.index);
 }
 
 template <class T>
@@ -220,7 +220,7 @@ void launch_cross_entropy_backward(const Tensor& grad_loss, const Tensor& x, int
     launch(cross_entropy_backward_cols_kernel<D, A>, grid_for(positions, kBlockThreads), kBlockThreads, 0, stream,
            gp, xp, tp, sp, gxp, positions, k);
   }
-  check_launch("cross_entropy", dev.index);
+  check_launch(op::cross_entropy, dev.index);
 }
 
 }  // namespace
@@ -230,10 +230,10 @@ void CudaBackend::cross_entropy(const Tensor& x, int64_t classes, int64_t inner,
   if (target.numel() == 0) return;
   // The kernel dereferences the targets on x's device (the frontend checks this; a backend
   // caller might not).
-  AG_CHECK(target.dtype() == kInt64 && target.device() == x.device(), "cross_entropy",
+  AG_CHECK(target.dtype() == kInt64 && target.device() == x.device(), op::cross_entropy,
            "target must be int64 on the input's device, got ", dtype_name(target.dtype()), " on ", target.device());
-  DeviceGuard guard(x.device().index, "cross_entropy");
-  dispatch_floating(x.dtype(), "cross_entropy", [&]<class T>() {
+  DeviceGuard guard(x.device().index, op::cross_entropy);
+  dispatch_floating(x.dtype(), op::cross_entropy, [&]<class T>() {
     launch_cross_entropy<T>(x, classes, inner, target, ignore_index, label_smoothing, loss, lse);
   });
 }
@@ -242,8 +242,8 @@ void CudaBackend::cross_entropy_backward(const Tensor& grad_loss, const Tensor& 
                                          const Tensor& target, int64_t ignore_index, double label_smoothing,
                                          const Tensor& lse, const Tensor& grad_x) {
   if (target.numel() == 0 || classes == 0) return;
-  DeviceGuard guard(x.device().index, "cross_entropy");
-  dispatch_floating(x.dtype(), "cross_entropy", [&]<class T>() {
+  DeviceGuard guard(x.device().index, op::cross_entropy);
+  dispatch_floating(x.dtype(), op::cross_entropy, [&]<class T>() {
     launch_cross_entropy_backward<T>(grad_loss, x, classes, inner, target, ignore_index, label_smoothing, lse,
                                      grad_x);
   });

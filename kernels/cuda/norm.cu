@@ -339,7 +339,7 @@ void launch_layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, con
          static_cast<const D*>(x.raw_data()), weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
          bias.defined() ? static_cast<const D*>(bias.raw_data()) : nullptr, static_cast<D*>(y.raw_data()),
          static_cast<A*>(mean.raw_data()), static_cast<A*>(rstd.raw_data()), rows, inner, eps);
-  check_launch("layer_norm", dev.index);
+  check_launch(op::layer_norm, dev.index);
 }
 
 template <class T>
@@ -353,8 +353,8 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
   D* gw = grad_w.defined() ? static_cast<D*>(grad_w.raw_data()) : nullptr;
   D* gb = grad_b.defined() ? static_cast<D*>(grad_b.raw_data()) : nullptr;
   if (inner == 0 || rows == 0) {  // empty rows: parameter gradients are zero (all-zero bits)
-    if (gw) AG_CUDA_CHECK("layer_norm", cudaMemsetAsync(gw, 0, size_t(inner) * sizeof(D), stream));
-    if (gb) AG_CUDA_CHECK("layer_norm", cudaMemsetAsync(gb, 0, size_t(inner) * sizeof(D), stream));
+    if (gw) AG_CUDA_CHECK(op::layer_norm, cudaMemsetAsync(gw, 0, size_t(inner) * sizeof(D), stream));
+    if (gb) AG_CUDA_CHECK(op::layer_norm, cudaMemsetAsync(gb, 0, size_t(inner) * sizeof(D), stream));
     return;
   }
   const D* gp = static_cast<const D*>(grad_out.raw_data());
@@ -366,7 +366,7 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
     launch(layer_norm_grad_in_kernel<D, A>, grid_for(rows, block.y), block, 0, stream,
            gp, xp, mp, rp, weight.defined() ? static_cast<const D*>(weight.raw_data()) : nullptr,
            static_cast<D*>(grad_in.raw_data()), rows, inner);
-    check_launch("layer_norm", dev.index);
+    check_launch(op::layer_norm, dev.index);
   }
   if (!gw && !gb) return;
   // Chunks of rows: enough blocks to fill a GPU, each chunk at least 64 rows; from the
@@ -377,7 +377,7 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
                         : std::clamp<int64_t>(std::min((1024 + ncb - 1) / ncb, rows / 64), 1, 1024);
   const int64_t Rc = (rows + K - 1) / K;
   const dim3 block(kColWidth, unsigned(pow2_at_least((Rc + 7) / 8, kMaxColRows)));
-  AG_CHECK(ncb <= int64_t(0x7fffffff), "layer_norm", "rows of ", inner, " elements are too long");
+  AG_CHECK(ncb <= int64_t(0x7fffffff), op::layer_norm, "rows of ", inner, " elements are too long");
   const dim3 grid{unsigned(ncb), unsigned(K)};
   Tensor part;
   A *pw = nullptr, *pb = nullptr;
@@ -388,7 +388,7 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
     if (gb) pb = base + (gw ? K * inner : 0);
   }
   launch(layer_norm_params_kernel<D, A>, grid, block, 0, stream, gp, xp, mp, rp, rows, inner, K, pw, pb, gw, gb);
-  check_launch("layer_norm", dev.index);
+  check_launch(op::layer_norm, dev.index);
   if (K > 1) {
     for (int pass = 0; pass < 2; ++pass) {
       A* src = pass == 0 ? pw : pb;
@@ -396,7 +396,7 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
       if (!dst) continue;
       launch(layer_norm_params_merge_kernel<D, A>, grid_for(inner, kBlockThreads), kBlockThreads, 0, stream,
              src, K, inner, dst);
-      check_launch("layer_norm", dev.index);
+      check_launch(op::layer_norm, dev.index);
     }
   }
   // `part` is freed on the stream after the kernels that use it.
@@ -407,7 +407,7 @@ void launch_layer_norm_backward(const Tensor& grad_out, const Tensor& x, const T
 void CudaBackend::softmax(const Tensor& x, int64_t dim, bool log, const Tensor& out) {
   const Split3 s(x.sizes(), dim);
   if (x.numel() == 0) return;
-  const char* name = log ? "log_softmax" : "softmax";
+  const char* name = log ? op::log_softmax : op::softmax;
   DeviceGuard guard(x.device().index, name);
   dispatch_floating(x.dtype(), name, [&]<class T>() {
     if (log) launch_softmax<T, true>(x, s, out, name);
@@ -419,7 +419,7 @@ void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int6
                                    const Tensor& grad_in) {
   const Split3 s(y.sizes(), dim);
   if (y.numel() == 0) return;
-  const char* name = log ? "log_softmax" : "softmax";
+  const char* name = log ? op::log_softmax : op::softmax;
   DeviceGuard guard(y.device().index, name);
   dispatch_floating(y.dtype(), name, [&]<class T>() {
     if (log) launch_softmax_backward<T, true>(grad_out, y, s, grad_in, name);
@@ -430,8 +430,8 @@ void CudaBackend::softmax_backward(const Tensor& grad_out, const Tensor& y, int6
 void CudaBackend::layer_norm(const Tensor& x, int64_t inner, const Tensor& weight, const Tensor& bias,
                              double eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
   if (x.numel() == 0) return;
-  DeviceGuard guard(x.device().index, "layer_norm");
-  dispatch_floating(x.dtype(), "layer_norm",
+  DeviceGuard guard(x.device().index, op::layer_norm);
+  dispatch_floating(x.dtype(), op::layer_norm,
                     [&]<class T>() { launch_layer_norm<T>(x, inner, weight, bias, eps, y, mean, rstd); });
 }
 
@@ -440,8 +440,8 @@ void CudaBackend::layer_norm_backward(const Tensor& grad_out, const Tensor& x, c
                                       const Tensor& grad_w, const Tensor& grad_b) {
   const int64_t rows = mean.numel();
   const int64_t inner = layer_norm_inner(x, mean, grad_w, grad_b);
-  DeviceGuard guard(x.device().index, "layer_norm");
-  dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+  DeviceGuard guard(x.device().index, op::layer_norm);
+  dispatch_floating(x.dtype(), op::layer_norm, [&]<class T>() {
     launch_layer_norm_backward<T>(grad_out, x, mean, rstd, weight, grad_in, grad_w, grad_b, rows, inner);
   });
 }

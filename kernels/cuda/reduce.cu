@@ -594,7 +594,7 @@ void CudaBackend::reduce(ReduceOp op, const Tensor& x, const Shape& dims, const 
 
 void CudaBackend::max_min_dim(bool is_max, const Tensor& x, int64_t dim, const Tensor& values,
                               const Tensor& indices) {
-  const char* name = is_max ? "max" : "min";
+  const char* name = is_max ? op::max : op::min;
   const ReduceLayout p = make_layout(x, Shape{dim}, false);
   DeviceGuard guard(x.device().index, name);
   dispatch_all(x.dtype(), name, [&]<class T>() { max_min_typed<T>(is_max, name, x, p, values, indices); });

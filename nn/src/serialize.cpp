@@ -263,8 +263,8 @@ nlohmann::json parse_header(const std::string& h, const std::string& path) {
 void read_metadata(const nlohmann::json& value, const std::string& path, Metadata& meta) {
   AG_CHECK(value.is_object(), "load", path, ": __metadata__ is not a map of strings");
   for (auto m = value.begin(); m != value.end(); ++m) {
-    AG_CHECK(m.value().is_string(), "load", path, ": __metadata__ value of '", m.key(), "' is not a string: ",
-             show(m.value()));
+    AG_CHECK(m.value().is_string(), "load", path, ": __metadata__ value of '", m.key(),
+             "' is not a string: ", show(m.value()));
     meta[m.key()] = m.value().get<std::string>();
   }
 }

@@ -601,8 +601,8 @@ TEST(LayerAttention, MatchesReferenceAndIsCausal) {
           kh[size_t((h * T + t) * D + d)] = qkv[size_t(t * 3 * C + C + h * D + d)];
           vh[size_t((h * T + t) * D + d)] = qkv[size_t(t * 3 * C + 2 * C + h * D + d)];
         }
-    const std::vector<double> yh = ampgrad::reference::attention(
-        qh, kh, vh, {H, T, T, D, D}, {.scale = 1 / std::sqrt(double(D)), .causal = true});
+    const std::vector<double> yh =
+        ampgrad::reference::attention(qh, kh, vh, {H, T, T, D, D}, {.scale = 1 / std::sqrt(double(D)), .causal = true});
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < D; ++d) att_out[size_t(t * C + h * D + d)] = yh[size_t((h * T + t) * D + d)];

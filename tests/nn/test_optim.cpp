@@ -43,9 +43,7 @@ struct AdamRef {
   double lr, b1, b2, eps, wd;
   bool decoupled;
   ampgrad::reference::AdamState state;
-  void step(Vec& p, const Vec& g) {
-    ampgrad::reference::adam_step(p, g, state, {lr, b1, b2, eps, wd, decoupled});
-  }
+  void step(Vec& p, const Vec& g) { ampgrad::reference::adam_step(p, g, state, {lr, b1, b2, eps, wd, decoupled}); }
 };
 
 ::testing::AssertionResult close_to(const Tensor& got, const Vec& ref, double rtol = 1e-6, double atol = 1e-7) {

@@ -65,9 +65,9 @@ Tensor ref_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 TL ref_attention_grads(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& go, const Tensor& mask,
                        bool causal, double scale) {
   const std::vector<double> mv = additive_values(mask, scores_shape(q, k));
-  const auto g = ampgrad::reference::attention_backward(q.to_vector<double>(), k.to_vector<double>(),
-                                                        v.to_vector<double>(), go.to_vector<double>(),
-                                                        ref_shape(q, k, v), {.scale = scale, .causal = causal, .mask = mv});
+  const auto g = ampgrad::reference::attention_backward(
+      q.to_vector<double>(), k.to_vector<double>(), v.to_vector<double>(), go.to_vector<double>(), ref_shape(q, k, v),
+      {.scale = scale, .causal = causal, .mask = mv});
   return {from_vector(g.dq, q.sizes().vec()), from_vector(g.dk, k.sizes().vec()), from_vector(g.dv, v.sizes().vec())};
 }
 

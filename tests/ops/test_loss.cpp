@@ -39,8 +39,8 @@ Tensor ref_cross_entropy(const Tensor& logits, const Tensor& target, Reduction r
   const auto x = logits.to_vector<double>();
   const auto t = target.to_vector<int64_t>();
   const auto [N, C, S] = ncs_of(logits);
-  const std::vector<double> loss = from_log_probs ? ref::nll_loss(x, t, N, C, S, ignore)
-                                                  : ref::cross_entropy(x, t, N, C, S, {ignore, smoothing});
+  const std::vector<double> loss =
+      from_log_probs ? ref::nll_loss(x, t, N, C, S, ignore) : ref::cross_entropy(x, t, N, C, S, {ignore, smoothing});
   const std::vector<double> out = ref::reduce_loss(loss, t, ignore, ref_reduction(red));
   if (red != Reduction::None) return ag::scalar_tensor(out[0], ag::kFloat64);
   return ag::from_vector<double>(out, target.sizes().vec());

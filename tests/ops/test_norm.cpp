@@ -17,13 +17,15 @@ using ag::Tensor;
 
 using agt::ref_softmax;
 
-std::vector<double> values_or_empty(const Tensor& t) { return t.defined() ? t.to_vector<double>() : std::vector<double>{}; }
+std::vector<double> values_or_empty(const Tensor& t) {
+  return t.defined() ? t.to_vector<double>() : std::vector<double>{};
+}
 
 // Layer norm over the last `inner` elements, by the float64 reference.
 Tensor ref_layer_norm(const Tensor& x, int64_t inner, const Tensor& w, const Tensor& b, double eps) {
   const auto v = x.to_vector<double>();
-  const auto y = ampgrad::reference::layer_norm(v, int64_t(v.size()) / inner, inner, values_or_empty(w),
-                                                values_or_empty(b), eps);
+  const auto y =
+      ampgrad::reference::layer_norm(v, int64_t(v.size()) / inner, inner, values_or_empty(w), values_or_empty(b), eps);
   return ag::from_vector<double>(y, x.sizes().vec());
 }
 

@@ -75,9 +75,12 @@ TEST(Reference, SoftmaxBackwardMatchesFiniteDifferences) {
   const Vec x = uniform(30, -3, 3, 1), dy = uniform(30, -1, 1, 2);
   for (bool log : {false, true}) {
     SCOPED_TRACE(log ? "log_softmax" : "softmax");
-    auto f = [&](const Vec& v) { return dot(dy, log ? ref::log_softmax(v, outer, n, inner) : ref::softmax(v, outer, n, inner)); };
+    auto f = [&](const Vec& v) {
+      return dot(dy, log ? ref::log_softmax(v, outer, n, inner) : ref::softmax(v, outer, n, inner));
+    };
     const Vec y = log ? ref::log_softmax(x, outer, n, inner) : ref::softmax(x, outer, n, inner);
-    const Vec dx = log ? ref::log_softmax_backward(y, dy, outer, n, inner) : ref::softmax_backward(y, dy, outer, n, inner);
+    const Vec dx =
+        log ? ref::log_softmax_backward(y, dy, outer, n, inner) : ref::softmax_backward(y, dy, outer, n, inner);
     EXPECT_TRUE(close(dx, numeric_grad(f, x)));
   }
 }
@@ -110,17 +113,21 @@ TEST(Reference, SoftmaxIdentities) {
 
 TEST(Reference, LayerNormBackwardMatchesFiniteDifferences) {
   const int64_t rows = 4, n = 6;
-  const Vec x = uniform(24, -2, 2, 4), w = uniform(6, 0.5, 1.5, 5), b = uniform(6, -1, 1, 6), dy = uniform(24, -1, 1, 7);
+  const Vec x = uniform(24, -2, 2, 4), w = uniform(6, 0.5, 1.5, 5), b = uniform(6, -1, 1, 6),
+            dy = uniform(24, -1, 1, 7);
   for (bool affine : {true, false}) {
     SCOPED_TRACE(affine ? "weight and bias" : "no weight");
     const Vec wv = affine ? w : Vec{}, bv = affine ? b : Vec{};
     const ref::LayerNormGrads g = ref::layer_norm_backward(x, dy, rows, n, wv, 1e-5);
-    EXPECT_TRUE(close(g.dx, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(v, rows, n, wv, bv, 1e-5)); }, x)))
+    EXPECT_TRUE(
+        close(g.dx, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(v, rows, n, wv, bv, 1e-5)); }, x)))
         << "dx";
     if (!affine) continue;
-    EXPECT_TRUE(close(g.dw, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(x, rows, n, v, b, 1e-5)); }, w)))
+    EXPECT_TRUE(
+        close(g.dw, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(x, rows, n, v, b, 1e-5)); }, w)))
         << "dw";
-    EXPECT_TRUE(close(g.db, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(x, rows, n, w, v, 1e-5)); }, b)))
+    EXPECT_TRUE(
+        close(g.db, numeric_grad([&](const Vec& v) { return dot(dy, ref::layer_norm(x, rows, n, w, v, 1e-5)); }, b)))
         << "db";
   }
 }
@@ -165,7 +172,7 @@ TEST(Reference, ReductionIdentities) {
   EXPECT_EQ(ref::mean(v), 2.5);
   EXPECT_NEAR(ref::var(v, 1), 5.0 / 3, 1e-15);  // squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5
   EXPECT_NEAR(ref::var(v, 0), 5.0 / 4, 1e-15);
-  EXPECT_EQ(ref::var(Vec(5, 1e8 + 0.5), 1), 0);  // no cancellation
+  EXPECT_EQ(ref::var(Vec(5, 1e8 + 0.5), 1), 0);                                     // no cancellation
   EXPECT_TRUE(std::isinf(ref::var(Vec{2}, 1)) || std::isnan(ref::var(Vec{2}, 1)));  // n - correction = 0
   EXPECT_TRUE(std::isnan(ref::mean(Vec{})));
   // extremes: the first of ties, NaN is the extreme
@@ -203,7 +210,8 @@ TEST(Reference, CrossEntropyBackwardMatchesFiniteDifferences) {
     SCOPED_TRACE("label smoothing " + std::to_string(ls));
     const ref::CrossEntropyOptions o{.ignore_index = -100, .label_smoothing = ls};
     const Vec dx = ref::cross_entropy_backward(x, t, dl, N, C, S, o);
-    EXPECT_TRUE(close(dx, numeric_grad([&](const Vec& v) { return dot(dl, ref::cross_entropy(v, t, N, C, S, o)); }, x)));
+    EXPECT_TRUE(
+        close(dx, numeric_grad([&](const Vec& v) { return dot(dl, ref::cross_entropy(v, t, N, C, S, o)); }, x)));
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(dx[size_t((1 * C + c) * S + 0)], 0.0) << "ignored position";
   }
 }
@@ -242,7 +250,7 @@ TEST(Reference, AttentionBackwardMatchesFiniteDifferences) {
   const Vec q = uniform(24, -1, 1, 15), k = uniform(30, -1, 1, 16), v = uniform(20, -1, 1, 17);
   const Vec dout = uniform(16, -1, 1, 18);
   Vec mask = uniform(40, -1, 1, 19);
-  mask[3] = -kInf;                                  // a hidden key
+  mask[3] = -kInf;                                           // a hidden key
   for (int j = 0; j < 5; ++j) mask[size_t(20 + j)] = -kInf;  // a row of entry 1 that sees no key
   Vec drop(40);
   for (size_t i = 0; i < drop.size(); ++i) drop[i] = i % 3 == 0 ? 0.0 : 1.5;  // p = 1/3
@@ -255,9 +263,12 @@ TEST(Reference, AttentionBackwardMatchesFiniteDifferences) {
                         Case{"mask and dropout", {.scale = -1.2, .mask = mask, .dropout = drop}}}) {
     SCOPED_TRACE(c.what);
     const ref::AttentionGrads g = ref::attention_backward(q, k, v, dout, sh, c.o);
-    EXPECT_TRUE(close(g.dq, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(x, k, v, sh, c.o)); }, q))) << "dq";
-    EXPECT_TRUE(close(g.dk, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(q, x, v, sh, c.o)); }, k))) << "dk";
-    EXPECT_TRUE(close(g.dv, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(q, k, x, sh, c.o)); }, v))) << "dv";
+    EXPECT_TRUE(close(g.dq, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(x, k, v, sh, c.o)); }, q)))
+        << "dq";
+    EXPECT_TRUE(close(g.dk, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(q, x, v, sh, c.o)); }, k)))
+        << "dk";
+    EXPECT_TRUE(close(g.dv, numeric_grad([&](const Vec& x) { return dot(dout, ref::attention(q, k, x, sh, c.o)); }, v)))
+        << "dv";
   }
 }
 
@@ -276,7 +287,8 @@ TEST(Reference, AttentionIdentities) {
   // a mask of -inf everywhere: zeros, and zero gradients
   const Vec hidden(9, -kInf);
   EXPECT_TRUE(close(ref::attention(q, k3, v3, {1, 3, 3, 2, 2}, {.scale = 1, .mask = hidden}), Vec(6, 0.0), 0, 0));
-  const ref::AttentionGrads g = ref::attention_backward(q, k3, v3, Vec(6, 1.0), {1, 3, 3, 2, 2}, {.scale = 1, .mask = hidden});
+  const ref::AttentionGrads g =
+      ref::attention_backward(q, k3, v3, Vec(6, 1.0), {1, 3, 3, 2, 2}, {.scale = 1, .mask = hidden});
   EXPECT_TRUE(close(g.dq, Vec(6, 0.0), 0, 0));
   EXPECT_TRUE(close(g.dk, Vec(6, 0.0), 0, 0));
   EXPECT_TRUE(close(g.dv, Vec(6, 0.0), 0, 0));
@@ -300,7 +312,8 @@ TEST(Reference, AdamBiasCorrectionMakesAConstantGradientsStepLrSignG) {
   // wd p through the moments, a step of lr sign(p) at first
   Vec pw{2, -4}, pa{2, -4};
   ref::AdamState sw, sa;
-  for (int t = 0; t < 3; ++t) ref::adam_step(pw, Vec{0, 0}, sw, {.lr = 0.1, .eps = 1e-8, .weight_decay = 0.5, .decoupled = true});
+  for (int t = 0; t < 3; ++t)
+    ref::adam_step(pw, Vec{0, 0}, sw, {.lr = 0.1, .eps = 1e-8, .weight_decay = 0.5, .decoupled = true});
   EXPECT_TRUE(close(pw, {2 * std::pow(0.95, 3), -4 * std::pow(0.95, 3)}, 0, 1e-14));
   ref::adam_step(pa, Vec{0, 0}, sa, {.lr = 0.1, .eps = 0, .weight_decay = 0.5});
   EXPECT_TRUE(close(pa, {1.9, -3.9}, 0, 1e-14));

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ampgrad/op_ids.h"
 #include "ampgrad/op_kinds.h"
 #include "ampgrad/stream.h"
 #include "ampgrad/tensor.h"

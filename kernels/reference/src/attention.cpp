@@ -51,7 +51,8 @@ std::vector<double> attention(std::span<const double> q, std::span<const double>
       const std::vector<double> p = probabilities(q, k, sh, o, b, i);
       for (int64_t j = 0; j < sh.Tk; ++j) {
         const double pj = p[size_t(j)] * drop(o, sh, b, i, j);
-        for (int64_t c = 0; c < sh.Dv; ++c) out[size_t((b * sh.Tq + i) * sh.Dv + c)] += pj * v[size_t((b * sh.Tk + j) * sh.Dv + c)];
+        for (int64_t c = 0; c < sh.Dv; ++c)
+          out[size_t((b * sh.Tq + i) * sh.Dv + c)] += pj * v[size_t((b * sh.Tk + j) * sh.Dv + c)];
       }
     }
   return out;

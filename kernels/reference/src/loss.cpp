@@ -20,8 +20,8 @@ size_t at(int64_t n, int64_t c, int64_t s, int64_t C, int64_t S) { return size_t
 
 }  // namespace
 
-std::vector<double> cross_entropy(std::span<const double> logits, std::span<const int64_t> target, int64_t N,
-                                  int64_t C, int64_t S, const CrossEntropyOptions& o) {
+std::vector<double> cross_entropy(std::span<const double> logits, std::span<const int64_t> target, int64_t N, int64_t C,
+                                  int64_t S, const CrossEntropyOptions& o) {
   // log_softmax along the class dim: [N, C, S] is its [outer, n, inner].
   const std::vector<double> lp = log_softmax(logits, N, C, S);
   std::vector<double> loss(size_t(N * S), 0.0);

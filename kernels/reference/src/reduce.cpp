@@ -41,8 +41,12 @@ int64_t arg_extreme(std::span<const double> x, Better better) {
 
 }  // namespace
 
-int64_t argmax(std::span<const double> x) { return arg_extreme(x, [](double a, double b) { return a > b; }); }
-int64_t argmin(std::span<const double> x) { return arg_extreme(x, [](double a, double b) { return a < b; }); }
+int64_t argmax(std::span<const double> x) {
+  return arg_extreme(x, [](double a, double b) { return a > b; });
+}
+int64_t argmin(std::span<const double> x) {
+  return arg_extreme(x, [](double a, double b) { return a < b; });
+}
 double max(std::span<const double> x) { return x[size_t(argmax(x))]; }
 double min(std::span<const double> x) { return x[size_t(argmin(x))]; }
 

@@ -53,8 +53,8 @@ std::vector<double> softmax(std::span<const double> x, int64_t outer, int64_t n,
 // The Jacobian of softmax is dy_i/dx_k = y_i (delta_ik - y_k). The gradient is the
 // vector-Jacobian product dx_k = sum_i dy_i y_i (delta_ik - y_k) = y_k (dy_k - sum_i dy_i y_i):
 // one dot product per line, never the n x n matrix.
-std::vector<double> softmax_backward(std::span<const double> y, std::span<const double> dy, int64_t outer,
-                                     int64_t n, int64_t inner) {
+std::vector<double> softmax_backward(std::span<const double> y, std::span<const double> dy, int64_t outer, int64_t n,
+                                     int64_t inner) {
   std::vector<double> dx(y.size());
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < inner; ++c) {

@@ -23,8 +23,8 @@ struct CrossEntropyOptions {
 
 /// The loss of each position [N, S]: -sum_c q_c log softmax(x)_c, with q the (smoothed)
 /// target distribution; 0 at ignored positions.
-std::vector<double> cross_entropy(std::span<const double> logits, std::span<const int64_t> target, int64_t N,
-                                  int64_t C, int64_t S, const CrossEntropyOptions& o = {});
+std::vector<double> cross_entropy(std::span<const double> logits, std::span<const int64_t> target, int64_t N, int64_t C,
+                                  int64_t S, const CrossEntropyOptions& o = {});
 
 /// nll_loss: -logp[t] at each position of log-probabilities [N, C, S]; 0 where ignored.
 std::vector<double> nll_loss(std::span<const double> log_probs, std::span<const int64_t> target, int64_t N, int64_t C,

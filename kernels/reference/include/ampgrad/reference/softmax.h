@@ -22,8 +22,8 @@ std::vector<double> log_softmax(std::span<const double> x, int64_t outer, int64_
 
 /// The gradient with respect to x, given y = softmax(x) and the gradient dy of a loss with
 /// respect to y: dx_i = y_i (dy_i - sum_j dy_j y_j).
-std::vector<double> softmax_backward(std::span<const double> y, std::span<const double> dy, int64_t outer,
-                                     int64_t n, int64_t inner);
+std::vector<double> softmax_backward(std::span<const double> y, std::span<const double> dy, int64_t outer, int64_t n,
+                                     int64_t inner);
 
 /// The gradient with respect to x, given y = log_softmax(x) and dy:
 /// dx_i = dy_i - exp(y_i) sum_j dy_j.
