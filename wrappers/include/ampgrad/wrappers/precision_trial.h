@@ -1,0 +1,87 @@
+// Precision "auto:measure": the rule that picks a precision from a trial's measurements.
+//
+// A trial runs each candidate precision on the same model, from the same initial weights and
+// on the same batches, and measures its step time, peak memory, the loss it reaches and how
+// far its first step's gradients are from 32-true's. choose_from_trial() then decides, as a
+// pure function of those numbers: the fastest candidate whose loss and gradients stay within
+// the tolerances, else 32-true. Keeping the rule apart from the measuring makes it testable
+// on tables, and lets a recorded trial be decided again under other tolerances.
+// docs/precision.md describes the trial and the defaults.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ampgrad/wrappers/precision.h"
+
+namespace ampgrad {
+
+/// One precision a trial can run: a precision, and for 32-true whether its float32 products
+/// run at float32_matmul_precision("medium") (bfloat16 products where the hardware has them).
+struct TrialCandidate {
+  Precision precision = Precision::True32;
+  bool medium_matmul = false;
+  /// "32-true", "bf16-mixed", ..., or "32-true+medium".
+  std::string name() const;
+};
+
+/// What a trial measured for one candidate.
+struct TrialRow {
+  TrialCandidate candidate;
+  /// False where the hardware runs the candidate's dtype emulated (correct but slower).
+  bool native = true;
+  /// The hardware verdict's words for the candidate's dtype on the device.
+  std::string support;
+  /// False when the candidate was not run; `note` says why (emulated and not asked for, or
+  /// unsupported on the device).
+  bool measured = false;
+  std::string note;
+  int64_t steps = 0;
+  /// The median seconds of one training step over the timed steps.
+  double median_step_seconds = std::numeric_limits<double>::quiet_NaN();
+  /// The most bytes the device's allocator held at once during the candidate's steps.
+  uint64_t peak_bytes = 0;
+  /// The loss after the last step, and its relative difference from 32-true's.
+  double final_loss = std::numeric_limits<double>::quiet_NaN();
+  double loss_rel_diff = std::numeric_limits<double>::quiet_NaN();
+  /// Over the parameters, the smallest cosine similarity and the largest relative error
+  /// (||g - g32|| / ||g32||) of the first step's gradients against 32-true's.
+  double min_grad_cosine = std::numeric_limits<double>::quiet_NaN();
+  double max_grad_rel_error = std::numeric_limits<double>::quiet_NaN();
+  /// Steps the grad scaler skipped (16-mixed), out of `steps`.
+  int64_t skipped_steps = 0;
+};
+
+/// How close to 32-true a candidate must stay. The defaults are documented in
+/// docs/precision.md; every one can be set.
+struct TrialTolerances {
+  /// |loss - loss32| / |loss32| after the trial's steps.
+  double loss_rel = 0.05;
+  /// The smallest per-parameter cosine similarity of the first step's gradients.
+  double grad_cosine = 0.99;
+  /// The largest per-parameter relative error of the first step's gradients.
+  double grad_rel_error = 0.1;
+  /// The largest fraction of steps a grad scaler may skip.
+  double skipped_fraction = 0.5;
+};
+
+/// The rule's answer: the chosen row, one line that says why, and for each row why it was
+/// rejected (empty for rows within the tolerances, and for rows not measured).
+struct TrialDecision {
+  size_t chosen = 0;
+  std::string reason;
+  std::vector<std::string> rejected;
+};
+
+/// The fastest measured row within `tolerances` of the 32-true row (which is always within
+/// them); a tie keeps 32-true, else the earlier row. Throws ag::Error when no measured
+/// 32-true row (without "medium" products) is given, since every comparison is against it.
+TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTolerances& tolerances = {});
+
+/// The trial as one table, a row per candidate with the chosen one marked, and the reason
+/// as the last line.
+std::string format_trial(const std::vector<TrialRow>& rows, const TrialDecision& decision);
+
+}  // namespace ampgrad
