@@ -84,7 +84,8 @@ TEST(PrecisionTrial, RowsNotMeasuredAreNotCandidates) {
   emulated.measured = false;
   emulated.native = false;
   emulated.note = "float16 is emulated on this CPU; ask for it to measure it";
-  const std::vector<TrialRow> rows = {baseline(10e-3), emulated, row(Precision::True32, 7e-3, 0.001, 0.9999, 0.01, true)};
+  const std::vector<TrialRow> rows = {baseline(10e-3), emulated,
+                                      row(Precision::True32, 7e-3, 0.001, 0.9999, 0.01, true)};
   const TrialDecision d = choose_from_trial(rows);
   EXPECT_EQ(d.chosen, 2u);
   EXPECT_NE(d.reason.find("32-true+medium"), std::string::npos) << d.reason;
@@ -103,7 +104,8 @@ TEST(PrecisionTrial, TolerancesAreSettable) {
 }
 
 TEST(PrecisionTrial, ATrialWithout32TrueIsAnError) {
-  EXPECT_AG_ERROR(choose_from_trial({row(Precision::MixedBF16, 1e-3)}), "[precision trial] the trial has no measured 32-true row");
+  EXPECT_AG_ERROR(choose_from_trial({row(Precision::MixedBF16, 1e-3)}),
+                  "[precision trial] the trial has no measured 32-true row");
   TrialRow medium_only = row(Precision::True32, 1e-3, 0, 1, 0, true);
   EXPECT_AG_ERROR(choose_from_trial({medium_only}), "no measured 32-true row");
 }

@@ -72,9 +72,9 @@ TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTo
   if (d.chosen == base) {
     why << "32-true: no candidate is faster and within the tolerances";
   } else {
-    why << c.candidate.name() << ": the fastest within the tolerances, " << fixed(b.median_step_seconds / c.median_step_seconds, 2)
-        << "x 32-true's step rate, loss " << percent(c.loss_rel_diff) << " off 32-true's, gradient cosine >= "
-        << fixed(c.min_grad_cosine, 4);
+    why << c.candidate.name() << ": the fastest within the tolerances, "
+        << fixed(b.median_step_seconds / c.median_step_seconds, 2) << "x 32-true's step rate, loss "
+        << percent(c.loss_rel_diff) << " off 32-true's, gradient cosine >= " << fixed(c.min_grad_cosine, 4);
   }
   // The faster candidates that lost, each with its reason: what the user would ask about.
   for (size_t i = 0; i < rows.size(); ++i)
