@@ -109,3 +109,157 @@ TEST(PrecisionTrial, ATrialWithout32TrueIsAnError) {
   TrialRow medium_only = row(Precision::True32, 1e-3, 0, 1, 0, true);
   EXPECT_AG_ERROR(choose_from_trial({medium_only}), "no measured 32-true row");
 }
+
+// ---- the trial itself ------------------------------------------------------------------------
+
+namespace {
+
+std::vector<data::Batch> random_batches(int n, int64_t rows) {
+  std::vector<data::Batch> b;
+  for (int i = 0; i < n; ++i) b.push_back({randn({rows, 784}), randint(0, 10, {rows})});
+  return b;
+}
+
+Tensor mlp_loss(nn::Module& m, const data::Batch& b) {
+  return cross_entropy(static_cast<nn::Sequential&>(m).forward(b.input), b.target);
+}
+
+std::unique_ptr<optim::Optimizer> adamw(nn::Module& m) { return std::make_unique<optim::AdamW>(m.parameters()); }
+
+std::vector<Tensor> params_of(nn::Module& m) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+}  // namespace
+
+// The model trained after a trial equals the model trained without one, bit for bit: the
+// trial puts back the weights, the gradients, the generator and the matmul precision.
+TEST(PrecisionTrial, TheTrialRestoresEverythingBitForBit) {
+  manual_seed(3);
+  auto a = nn::make_mlp();
+  auto b = nn::make_mlp();
+  b->load_state_dict(a->state_dict());
+  const std::vector<data::Batch> batches = random_batches(2, 16);
+  // A gradient left from before the trial must survive it too.
+  mlp_loss(*a, batches[0]).backward();
+  mlp_loss(*b, batches[0]).backward();
+  const auto gen = generator_state();
+  TrialOptions o;
+  o.steps = 2;
+  o.include_emulated = true;  // every candidate that runs here, so that each one's changes are undone
+  const TrialReport r = measure_precisions(*a, adamw, mlp_loss, batches, o);
+  EXPECT_GE(r.rows.size(), 6u);
+  EXPECT_EQ(generator_state(), gen);
+  EXPECT_EQ(get_float32_matmul_precision(), "highest");
+  const std::vector<Tensor> pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i].dtype(), kFloat32);
+    EXPECT_TRUE(agt::same_bits(pa[i], pb[i])) << "parameter " << i;
+    ASSERT_TRUE(pa[i].grad().defined());
+    EXPECT_TRUE(agt::same_bits(pa[i].grad(), pb[i].grad())) << "gradient " << i;
+  }
+  // Training on: the same steps, the same bits.
+  auto oa = adamw(*a), ob = adamw(*b);
+  for (int s = 0; s < 3; ++s) {
+    for (auto [m, opt] : {std::pair{a.get(), oa.get()}, std::pair{b.get(), ob.get()}}) {
+      opt->zero_grad();
+      mlp_loss(*m, batches[size_t(s) % 2]).backward();
+      opt->step();
+    }
+  }
+  const std::vector<Tensor> ta = params_of(*a), tb = params_of(*b);
+  for (size_t i = 0; i < ta.size(); ++i)
+    EXPECT_TRUE(agt::same_bits(ta[i], tb[i])) << "parameter " << i << " after training";
+}
+
+// What each row says for itself: measured rows have a time, a loss and gradient agreement;
+// 32-true agrees with itself exactly.
+TEST(PrecisionTrial, RowsCarryTheirMeasurements) {
+  manual_seed(4);
+  auto m = nn::make_mlp();
+  TrialOptions o;
+  o.steps = 3;
+  o.candidates = {{Precision::MixedBF16, false}, {Precision::TrueBF16, false}};
+  o.include_emulated = true;
+  const TrialReport r = measure_precisions(*m, adamw, mlp_loss, random_batches(2, 8), o);
+  ASSERT_EQ(r.rows.size(), 3u);
+  EXPECT_EQ(r.rows[0].candidate.name(), "32-true") << "32-true is measured first, as the baseline";
+  EXPECT_EQ(r.rows[0].loss_rel_diff, 0.0);
+  EXPECT_NEAR(r.rows[0].min_grad_cosine, 1.0, 1e-12);
+  EXPECT_EQ(r.rows[0].max_grad_rel_error, 0.0);
+  for (const TrialRow& row : r.rows) {
+    ASSERT_TRUE(row.measured) << row.candidate.name() << ": " << row.note;
+    EXPECT_EQ(row.steps, 3);
+    EXPECT_GT(row.median_step_seconds, 0.0);
+    EXPECT_GT(row.peak_bytes, 0u);
+    EXPECT_TRUE(std::isfinite(row.final_loss));
+  }
+  // bfloat16 rounds: close to 32-true's gradients, but not equal.
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_GT(r.rows[i].min_grad_cosine, 0.9) << r.rows[i].candidate.name();
+    EXPECT_LT(r.rows[i].min_grad_cosine, 1.0) << r.rows[i].candidate.name();
+    EXPECT_GT(r.rows[i].max_grad_rel_error, 0.0) << r.rows[i].candidate.name();
+  }
+  EXPECT_NE(r.table().find("decision: "), std::string::npos);
+}
+
+// Emulated candidates are listed, not measured, unless asked for.
+TEST(PrecisionTrial, EmulatedCandidatesAreNotMeasuredUnlessAsked) {
+  const hw::HardwareProfile none = hw::profiles::cpu_without_avx512();
+  manual_seed(5);
+  auto m = nn::make_mlp();
+  TrialOptions o;
+  o.steps = 2;
+  o.candidates = {{Precision::MixedBF16, false}};
+  const TrialReport r = measure_precisions(*m, adamw, mlp_loss, random_batches(1, 8), o, none);
+  ASSERT_EQ(r.rows.size(), 2u);
+  EXPECT_FALSE(r.rows[1].measured);
+  EXPECT_FALSE(r.rows[1].native);
+  EXPECT_NE(r.rows[1].note.find("include_emulated"), std::string::npos) << r.rows[1].note;
+  EXPECT_EQ(r.chosen().name(), "32-true");
+}
+
+TEST(PrecisionTrial, BadArgumentsAreErrors) {
+  auto m = nn::make_mlp();
+  EXPECT_AG_ERROR(measure_precisions(*m, adamw, mlp_loss, {}), "[measure_precisions] no batches");
+  TrialOptions one;
+  one.steps = 1;
+  EXPECT_AG_ERROR(measure_precisions(*m, adamw, mlp_loss, random_batches(1, 4), one), "steps must be at least 2");
+  m->to(kBFloat16);
+  EXPECT_AG_ERROR(measure_precisions(*m, adamw, mlp_loss, random_batches(1, 4)), "starts from float32 weights");
+}
+
+// The trial: the Fashion-MNIST MLP on real images. Where bfloat16 is native here a
+// bfloat16 precision (or float32 with bfloat16 products) must win; elsewhere 32-true, with
+// the bfloat16 candidates listed as emulated.
+TEST(PrecisionTrial, FashionMnistMlpPicksBfloat16WhereItIsNative) {
+  std::shared_ptr<data::TensorDataset> ds;
+  try {
+    ds = data::fashion_mnist(false);
+  } catch (const Error& e) {
+    AGT_SKIP_UNLESS_CI() << e.what();
+  }
+  std::vector<data::Batch> batches;
+  for (int64_t i = 0; i < 4; ++i) {
+    std::vector<int64_t> idx(128);
+    for (int64_t j = 0; j < 128; ++j) idx[size_t(j)] = i * 128 + j;
+    batches.push_back(ds->get_batch(idx));
+  }
+  manual_seed(6);
+  auto m = nn::make_mlp();
+  TrialOptions o;
+  o.steps = 12;  // the median of 11 timed steps: a bfloat16 step is about twice as fast where native
+  const TrialReport r = measure_precisions(*m, adamw, mlp_loss, batches, o);
+  const bool bf16_native = hw::verdict(hw::query(), Device(kCPU), kBFloat16).support == hw::Support::Native;
+  const std::string chosen = r.chosen().name();
+  if (bf16_native)
+    EXPECT_TRUE(chosen == "bf16-mixed" || chosen == "bf16-true" || chosen == "32-true+medium") << r.table();
+  else EXPECT_EQ(chosen, "32-true") << r.table();
+  // The reason names what was measured.
+  EXPECT_NE(r.decision.reason.find(chosen), std::string::npos) << r.decision.reason;
+  if (chosen != "32-true")
+    EXPECT_NE(r.decision.reason.find("x 32-true's step rate"), std::string::npos) << r.decision.reason;
+  std::printf("%s", r.table().c_str());
+}

@@ -10,10 +10,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ampgrad/data/dataset.h"
+#include "ampgrad/hw/profile.h"
+#include "ampgrad/nn/module.h"
+#include "ampgrad/optim/optimizer.h"
 #include "ampgrad/wrappers/precision.h"
 
 namespace ampgrad {
@@ -83,5 +89,45 @@ TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTo
 /// The trial as one table, a row per candidate with the chosen one marked, and the reason
 /// as the last line.
 std::string format_trial(const std::vector<TrialRow>& rows, const TrialDecision& decision);
+
+/// What measure_precisions() runs, and how.
+struct TrialOptions {
+  /// Training steps per candidate (the batches are reused in turn when fewer); the first
+  /// step warms up and is not timed.
+  int steps = 6;
+  TrialTolerances tolerances;
+  /// The candidates to consider; empty: 32-true, 32-true+medium, bf16-mixed, 16-mixed,
+  /// bf16-true and 16-true. 32-true is always measured.
+  std::vector<TrialCandidate> candidates;
+  /// Also measure candidates the hardware runs emulated (slower than float32 itself, so
+  /// they never win by accident: off by default, and they are listed as not measured).
+  bool include_emulated = false;
+};
+
+/// A trial's rows and the rule's decision.
+struct TrialReport {
+  std::vector<TrialRow> rows;
+  TrialDecision decision;
+  const TrialCandidate& chosen() const { return rows[decision.chosen].candidate; }
+  /// format_trial(rows, decision).
+  std::string table() const;
+};
+
+/// The loss of one batch through the model (the trial runs it inside the candidate's
+/// autocast region, with the batch converted as Lite converts inputs).
+using TrialLoss = std::function<Tensor(nn::Module& model, const data::Batch& batch)>;
+/// A fresh optimizer over the model's parameters (made once per candidate, before the model
+/// is converted, so that 16-bit candidates get float32 master weights as Lite gives them).
+using TrialOptimizerFactory = std::function<std::unique_ptr<optim::Optimizer>(nn::Module& model)>;
+
+/// Runs `options.steps` training steps of each candidate on `model` (float32 parameters, on
+/// one device), every candidate from the same weights, on the same batches and from the
+/// same random-generator state, and decides with choose_from_trial. Afterwards the model's
+/// parameters, buffers and gradients, the random generator and the float32 matmul precision
+/// are as they were, bit for bit; the caller's own optimizer is not touched (each candidate
+/// steps one made by `make_optimizer`). `profile` decides which candidates run natively.
+TrialReport measure_precisions(nn::Module& model, const TrialOptimizerFactory& make_optimizer, const TrialLoss& loss,
+                               const std::vector<data::Batch>& batches, const TrialOptions& options = {},
+                               const hw::HardwareProfile& profile = hw::query());
 
 }  // namespace ampgrad
