@@ -53,5 +53,6 @@
 #include "ampgrad/wrappers/lite.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
+#include "ampgrad/wrappers/precision_record.h"
 
 namespace ag = ampgrad;
