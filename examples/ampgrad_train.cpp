@@ -272,9 +272,7 @@ class PrecisionOnResume {
   }
 
   // The record Lite carries on: the checkpoint's, when its precision is kept.
-  std::optional<ag::PrecisionRecord> kept() const {
-    return choice_ == Choice::Kept ? recorded_ : std::nullopt;
-  }
+  std::optional<ag::PrecisionRecord> kept() const { return choice_ == Choice::Kept ? recorded_ : std::nullopt; }
 
   // One line: the precision this run trains in, and how it relates to the record.
   std::string line(const ag::Lite& lite) const {
@@ -315,8 +313,7 @@ class PrecisionOnResume {
     std::vector<std::string> candidates;
     if (std::filesystem::is_directory(resume, ec))
       for (const auto& e : ag::CheckpointFolder(resume).list()) candidates.push_back(e.path);
-    else
-      candidates.push_back(resume);
+    else candidates.push_back(resume);
     for (const std::string& path : candidates) {
       try {
         recorded_ = ag::read_precision_record(path);

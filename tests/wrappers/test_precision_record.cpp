@@ -10,7 +10,9 @@ using namespace ag;
 
 namespace {
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 // The small state a checkpoint of these tests holds.
 struct SmallRun {
@@ -77,7 +79,8 @@ TEST(PrecisionRecord, RoundTripsThroughMetadata) {
   EXPECT_EQ(m.at("lite.precision.reason"), r.reason);
   EXPECT_EQ(m.at("lite.precision.version"), AMPGRAD_VERSION_STRING);
   EXPECT_EQ(m.at("lite.precision.trial"), r.trial);
-  EXPECT_TRUE(agt::contains(m.at("lite.precision.hardware"), "cuda:0: " + h200.cuda[0].name + ", compute capability 9.0"));
+  EXPECT_TRUE(
+      agt::contains(m.at("lite.precision.hardware"), "cuda:0: " + h200.cuda[0].name + ", compute capability 9.0"));
   const std::optional<PrecisionRecord> back = precision_record_from_metadata(m);
   ASSERT_TRUE(back.has_value());
   EXPECT_EQ(*back, r);
@@ -100,17 +103,22 @@ TEST(PrecisionRecord, AnOlderCheckpointAndBadValues) {
   EXPECT_EQ(old->how, "unknown (saved before decisions were recorded)");
   EXPECT_TRUE(old->reason.empty() && old->cpu_model.empty() && old->cuda.empty() && old->version.empty());
   EXPECT_EQ(old->decided_on(), "unknown hardware");
-  EXPECT_TRUE(agt::contains(old->describe(), "precision bf16-mixed, chosen unknown (saved before decisions were recorded)"))
+  EXPECT_TRUE(
+      agt::contains(old->describe(), "precision bf16-mixed, chosen unknown (saved before decisions were recorded)"))
       << old->describe();
   EXPECT_FALSE(precision_record_from_metadata({{"note", "x"}}).has_value());  // not a Lite checkpoint
 
-  EXPECT_AG_ERROR(precision_record_from_metadata({{"lite.precision", "fp8"}}), "\"lite.precision\" is \"fp8\", which is not a precision");
-  EXPECT_AG_ERROR(precision_record_from_metadata({{"lite.precision", "32-true"}, {"lite.precision.hardware", "gpu: x"}}),
-                  "metadata \"lite.precision.hardware\": unexpected line \"gpu: x\"");
+  EXPECT_AG_ERROR(precision_record_from_metadata({{"lite.precision", "fp8"}}),
+                  "\"lite.precision\" is \"fp8\", which is not a precision");
   EXPECT_AG_ERROR(
-      precision_record_from_metadata({{"lite.precision", "32-true"}, {"lite.precision.hardware", "cuda:x: A100, compute capability 8.0"}}),
+      precision_record_from_metadata({{"lite.precision", "32-true"}, {"lite.precision.hardware", "gpu: x"}}),
+      "metadata \"lite.precision.hardware\": unexpected line \"gpu: x\"");
+  EXPECT_AG_ERROR(
+      precision_record_from_metadata(
+          {{"lite.precision", "32-true"}, {"lite.precision.hardware", "cuda:x: A100, compute capability 8.0"}}),
       "the line \"cuda:x: A100, compute capability 8.0\" is not \"cuda:N: <name>, compute capability X.Y\"");
-  EXPECT_AG_ERROR(precision_record_from_metadata({{"lite.precision", "32-true"}, {"lite.precision.hardware", "cuda emulated: maybe"}}),
+  EXPECT_AG_ERROR(precision_record_from_metadata(
+                      {{"lite.precision", "32-true"}, {"lite.precision.hardware", "cuda emulated: maybe"}}),
                   "is neither yes nor no");
 }
 
@@ -193,7 +201,8 @@ TEST(PrecisionRecord, LiteLoadsAnOlderCheckpointAndChecksTheRecord) {
   b.lite.load(old_path, b.state());
   EXPECT_EQ(b.step, 2);
   ASSERT_EQ(b.warnings.size(), 1u);
-  EXPECT_TRUE(agt::contains(b.warnings[0], "saved under 32-true (" + std::string(kUnknownHow) + " on unknown hardware)"))
+  EXPECT_TRUE(
+      agt::contains(b.warnings[0], "saved under 32-true (" + std::string(kUnknownHow) + " on unknown hardware)"))
       << b.warnings[0];
   // A record that does not parse is refused before anything is restored.
   nn::Metadata bad = meta;

@@ -358,9 +358,8 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
   // no longer trains as the one that saved it did.
   if (recorded && recorded->precision != precision() && is_global_zero())
     core_->warn(path + " was saved under " + precision_name(recorded->precision) + " (" + recorded->how + " on " +
-                recorded->decided_on() + "); this Lite runs " + precision_name(precision()) + " (" +
-                core_->record.how + "); pass precision \"" + precision_name(recorded->precision) +
-                "\" to keep the recorded one");
+                recorded->decided_on() + "); this Lite runs " + precision_name(precision()) + " (" + core_->record.how +
+                "); pass precision \"" + precision_name(recorded->precision) + "\" to keep the recorded one");
 }
 
 // ---- LiteOptimizer and LiteScheduler -------------------------------------------------------

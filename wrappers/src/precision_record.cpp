@@ -56,7 +56,8 @@ PrecisionRecord::Gpu parse_gpu(const std::string& line) {
                   index.size() <= 7 && index.find_first_not_of("0123456789") == std::string::npos;
   AG_CHECK(ok, "precision record", "metadata \"", kHardware, "\": the line \"", line,
            "\" is not \"cuda:N: <name>, compute capability X.Y\"");
-  return {std::stoi(index), line.substr(colon + 2, cap - colon - 2), line.substr(cap + std::string(kCapability).size())};
+  return {std::stoi(index), line.substr(colon + 2, cap - colon - 2),
+          line.substr(cap + std::string(kCapability).size())};
 }
 
 std::string how_of(std::string_view requested) {
@@ -91,7 +92,8 @@ std::string PrecisionRecord::hardware_text() const {
   std::string s = std::string(kCpu) + cpu_model + "\n" + kCpuFeatures;
   for (size_t i = 0; i < cpu_features.size(); ++i) s += (i ? " " : "") + cpu_features[i];
   if (cpu_features.empty()) s += "(none)";
-  for (const Gpu& g : cuda) s += "\ncuda:" + std::to_string(g.index) + ": " + g.name + kCapability + g.compute_capability;
+  for (const Gpu& g : cuda)
+    s += "\ncuda:" + std::to_string(g.index) + ": " + g.name + kCapability + g.compute_capability;
   return s + "\n" + kEmulated + (cuda_emulated ? "yes" : "no");
 }
 

@@ -38,12 +38,12 @@
 #include <vector>
 
 #include "ampgrad/data/dataset.h"
+#include "ampgrad/dist/distributed.h"
 #include "ampgrad/error.h"
 #include "ampgrad/nn/module.h"
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
 #include "ampgrad/optim/scheduler.h"
-#include "ampgrad/dist/distributed.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
 #include "ampgrad/wrappers/precision_record.h"
