@@ -4,9 +4,13 @@
 // for every (device, dtype) with its reason. Everything printed comes from one
 // ag::hw::HardwareProfile: this machine's (ag::hw::query()) or, with --profile NAME, one of
 // the fake profiles in ag::hw::profiles (t4, a100, h200, cpu-without-avx512, ...).
+// With --checkpoint FILE it prints instead the precision decision a checkpoint recorded
+// (ag::read_precision_record: the precision, how it was chosen, on what hardware, by which
+// version, and the trial's table when a trial decided).
 #include <ampgrad/ampgrad.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -152,6 +156,22 @@ void print_report(const hw::HardwareProfile& p, const std::string& title) {
   print_auto_precision(p);
 }
 
+// A checkpoint's precision record, as Lite::save wrote it.
+void print_checkpoint(const std::string& path) {
+  const ag::PrecisionRecord r = ag::read_precision_record(path);
+  std::printf("checkpoint %s\n\n%s\n", path.c_str(), r.describe().c_str());
+  if (const std::string hw_text = r.hardware_text(); !hw_text.empty()) {
+    std::printf("\nhardware\n");
+    std::size_t start = 0;
+    while (start < hw_text.size()) {
+      const std::size_t end = std::min(hw_text.find('\n', start), hw_text.size());
+      std::printf("  %s\n", hw_text.substr(start, end - start).c_str());
+      start = end + 1;
+    }
+  }
+  if (!r.trial.empty()) std::printf("\ntrial\n%s\n", r.trial.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,10 +181,14 @@ int main(int argc, char** argv) {
   for (const auto& n : hw::profiles::names()) names += (names.empty() ? "" : "|") + n;
   app.add_option("--profile", profile_name, "print the report for a fake profile: " + names)
       ->check(CLI::IsMember(hw::profiles::names()));
+  std::string checkpoint;
+  app.add_option("--checkpoint", checkpoint, "print the precision decision this checkpoint recorded, and nothing else");
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (profile_name.empty()) {
+    if (!checkpoint.empty()) {
+      print_checkpoint(checkpoint);
+    } else if (profile_name.empty()) {
       print_report(hw::query(), "this machine");
     } else {
       print_report(*hw::profiles::by_name(profile_name), "fake profile '" + profile_name + "'");

@@ -59,6 +59,8 @@ struct Options {
   int keep = 3;
   int64_t max_skip_run = 50;
   std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
+  bool precision_given = false;  // by --precision or AMPGRAD_PRECISION: it wins over a checkpoint's record
+  bool redecide_precision = false;
   std::string accelerator = "auto";
   std::string strategy = "single";
   std::string output_conversion = "to-default";
@@ -190,6 +192,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--precision", o.precision,
                  "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
                  "bf16-true");
+  app.add_flag("--redecide-precision", o.redecide_precision,
+               "with --resume: decide the precision again (--precision, else auto) instead of keeping the one "
+               "the checkpoint recorded");
   app.add_option("--accelerator", o.accelerator, "auto (default), cpu, cuda, cuda:N");
   app.add_option("--strategy", o.strategy,
                  "single (default) or ddp: one process of a data-parallel job started by mpirun -np N; "
@@ -232,25 +237,124 @@ void apply_preset(const CLI::App& app, Options& o) {
 void configure_process(Options& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   ag::set_float32_matmul_precision(o.matmul_precision);
+  o.precision_given = !o.precision.empty();
   if (o.precision.empty()) {
     const char* env = std::getenv("AMPGRAD_PRECISION");
-    o.precision = env && *env ? env : "auto";
+    o.precision_given = env && *env;
+    o.precision = o.precision_given ? env : "auto";
   }
 }
 
-ag::LiteOptions lite_options(const Options& o) {
+// The precision a resumed run takes from its checkpoint's record (docs/precision.md, "The
+// decision is recorded"): the recorded one unless --precision (or AMPGRAD_PRECISION) or
+// --redecide-precision asks otherwise, or unless it cannot run here.
+class PrecisionOnResume {
+ public:
+  // Reads the record of --resume (a file, or the newest checkpoint of a folder with a
+  // readable record) and sets o.precision. A file without one is left to the load to refuse.
+  explicit PrecisionOnResume(Options& o) {
+    if (o.resume.empty()) return;
+    if (!read_record(o.resume)) return;
+    if (o.precision_given || o.redecide_precision) {
+      choice_ = o.precision_given ? Choice::Given : Choice::Redecided;
+      return;
+    }
+    const std::string name = ag::precision_name(recorded_->precision);
+    try {
+      ag::resolve_precision(name, o.accelerator, ag::hw::query());
+      o.precision = name;
+      choice_ = Choice::Kept;
+    } catch (const ag::Error& e) {
+      o.precision = "auto";
+      choice_ = Choice::CannotRun;
+      why_not_ = e.message();
+    }
+  }
+
+  // The record Lite carries on: the checkpoint's, when its precision is kept.
+  std::optional<ag::PrecisionRecord> kept() const { return choice_ == Choice::Kept ? recorded_ : std::nullopt; }
+
+  // One line: the precision this run trains in, and how it relates to the record.
+  std::string line(const ag::Lite& lite) const {
+    if (!recorded_) return {};
+    const std::string rec = ag::precision_name(recorded_->precision), now = ag::precision_name(lite.precision());
+    const std::string where = checkpoint_ + " (" + recorded_->how + " on " + recorded_->decided_on() + ")";
+    switch (choice_) {
+      case Choice::Kept: return "precision: " + rec + ", recorded in " + where + "; --redecide-precision decides again";
+      case Choice::CannotRun:
+        return "precision: " + rec + ", recorded in " + where + ", cannot run here (" + why_not_ +
+               "); decided again with \"auto\": " + now;
+      case Choice::Given:
+      case Choice::Redecided: {
+        const std::string how = choice_ == Choice::Given ? "as requested" : "decided again (--redecide-precision)";
+        if (rec == now) return "precision: " + now + ", " + how + ", the same as recorded in " + where;
+        return "precision: " + now + ", " + how + "; differs from " + rec + ", recorded in " + where;
+      }
+    }
+    return {};
+  }
+
+  // For --json: the checkpoint's record and what this run did with it.
+  nlohmann::json json(const ag::Lite& lite) const {
+    if (!recorded_) return nullptr;
+    const char* names[] = {"kept", "cannot run here", "--precision", "--redecide-precision"};
+    return {{"checkpoint", checkpoint_},
+            {"recorded", ag::precision_name(recorded_->precision)},
+            {"recorded_how", recorded_->how},
+            {"choice", names[int(choice_)]},
+            {"line", line(lite)}};
+  }
+
+ private:
+  enum class Choice { Kept, CannotRun, Given, Redecided };
+
+  bool read_record(const std::string& resume) {
+    std::error_code ec;
+    std::vector<std::string> candidates;
+    if (std::filesystem::is_directory(resume, ec))
+      for (const auto& e : ag::CheckpointFolder(resume).list()) candidates.push_back(e.path);
+    else candidates.push_back(resume);
+    for (const std::string& path : candidates) {
+      try {
+        recorded_ = ag::read_precision_record(path);
+        checkpoint_ = path;
+        return true;
+      } catch (const ag::Error&) {  // the load names what is wrong with it
+      }
+    }
+    return false;
+  }
+
+  std::optional<ag::PrecisionRecord> recorded_;
+  std::string checkpoint_, why_not_;
+  Choice choice_ = Choice::Kept;
+};
+
+nlohmann::json record_json(const ag::PrecisionRecord& r) {
+  return {{"precision", ag::precision_name(r.precision)},
+          {"how", r.how},
+          {"reason", r.reason},
+          {"hardware", r.hardware_text()},
+          {"version", r.version},
+          {"trial", r.trial}};
+}
+
+ag::LiteOptions lite_options(const Options& o, std::optional<ag::PrecisionRecord> recorded) {
   return {.accelerator = o.accelerator,
           .precision = o.precision,
           .strategy = o.strategy,
-          .output_conversion = ag::parse_output_conversion(o.output_conversion)};
+          .output_conversion = ag::parse_output_conversion(o.output_conversion),
+          .recorded = std::move(recorded)};
 }
 
-// Seeds the run, silences every rank but 0 and prints the hardware.
-void start_run(ag::Lite& lite, Options& o) {
+// Seeds the run, silences every rank but 0 and prints the hardware, and the precision's
+// relation to a resumed checkpoint's record.
+void start_run(ag::Lite& lite, Options& o, const PrecisionOnResume& on_resume) {
   lite.seed_everything(o.seed);
   if (!lite.is_global_zero()) o.quiet = true;  // rank 0 speaks for the job
   if (!o.quiet) {
     print_hardware(lite);
+    if (const std::string line = on_resume.line(lite); !line.empty()) std::printf("%s\n", line.c_str());
     if (o.matmul_precision != "highest") std::printf("float32 products: %s\n", o.matmul_precision.c_str());
   }
 }
@@ -368,12 +472,14 @@ class Training {
     std::printf("\nsample:\n%s\n", w_.text->decode(out).c_str());
   }
 
-  void write_json() const {
+  void write_json(const PrecisionOnResume& on_resume) const {
     if (o_.json.empty()) return;
     std::ofstream f(o_.json);
     f << nlohmann::json{{"model", o_.model},
                         {"precision", ag::precision_name(lite_.precision())},
                         {"precision_reason", lite_.precision_reason()},
+                        {"precision_record", record_json(lite_.precision_record())},
+                        {"precision_on_resume", on_resume.json(lite_)},
                         {"float32_matmul_precision", o_.matmul_precision},
                         {"skipped_steps", lite_.skipped_steps()},
                         {"strategy", o_.strategy},
@@ -609,8 +715,9 @@ int main(int argc, char** argv) {
   apply_preset(app, o);
   try {
     configure_process(o);
-    ag::Lite lite(lite_options(o));
-    start_run(lite, o);
+    const PrecisionOnResume on_resume(o);
+    ag::Lite lite(lite_options(o, on_resume.kept()));
+    start_run(lite, o, on_resume);
     Training run(lite, o, load_workload(lite, o));
     run.refuse_to_overwrite_checkpoints();
     run.resume_if_asked();
@@ -618,7 +725,7 @@ int main(int argc, char** argv) {
     if (!lite.is_global_zero()) return 0;  // the summary, the sample and the JSON are rank 0's
     run.print_summary();
     run.print_sample();
-    run.write_json();
+    run.write_json(on_resume);
     return 0;
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -48,10 +48,11 @@
 #include "ampgrad/optim/grad_scaler.h"
 
 // wrappers/: Lite, its precision plugins, checkpoint folders
-#include "ampgrad/wrappers/checkpoints.h"
 #include "ampgrad/dist/distributed.h"
+#include "ampgrad/wrappers/checkpoints.h"
 #include "ampgrad/wrappers/lite.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
+#include "ampgrad/wrappers/precision_record.h"
 
 namespace ag = ampgrad;

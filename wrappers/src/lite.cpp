@@ -159,6 +159,9 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   const hw::HardwareProfile& profile = o.profile ? *o.profile : hw::query();
   const std::string requested = o.precision.empty() ? default_precision_string() : o.precision;
   core_->decision = resolve_precision(requested, o.accelerator, profile);
+  core_->record = o.recorded && o.recorded->precision == core_->decision.precision
+                      ? *o.recorded
+                      : make_precision_record(core_->decision, requested, profile);
   core_->device = core_->decision.devices.front();
   core_->plugin = make_precision_plugin(core_->decision.precision, core_->device.type, {.scaler = o.scaler});
   core_->description = ampgrad::describe(profile, core_->decision);
@@ -261,7 +264,7 @@ void Lite::save(const std::string& path, const LiteState& state) {
   }
   for (auto& [k, v] : core_->plugin->state_dict()) tensors["lite.precision_state." + k] = v;
   const auto [seed, offset] = generator_state();
-  meta["lite.precision"] = precision_name(precision());
+  for (auto& [k, v] : core_->record.to_metadata()) meta[k] = v;  // "lite.precision" and "lite.precision.*"
   meta["lite.rng_seed"] = std::to_string(seed);
   meta["lite.rng_offset"] = std::to_string(offset);
   if (is_global_zero()) nn::save(path, tensors, meta);
@@ -297,6 +300,8 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
              "\", which is not a precision (a checkpoint records the one it was saved under: 32-true, 64-true, "
              "16-mixed, bf16-mixed, 16-true or bf16-true)");
   }
+  std::optional<PrecisionRecord> recorded;
+  naming_the_file(path, "metadata", [&] { recorded = precision_record_from_metadata(meta); });
   std::map<std::string, Tensor> plugin_state;
   for (const auto& [k, v] : tensors)
     if (k.rfind(prefix, 0) == 0) plugin_state[k.substr(prefix.size())] = v;
@@ -318,7 +323,8 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
     for (const auto& [k, v] : tensors)
       if (k.rfind(prefix, 0) != 0 && !owned(k, false)) unknown.push_back(k);
     for (const auto& [k, v] : meta)
-      if (k != "lite.precision" && k != "lite.rng_seed" && k != "lite.rng_offset" && !owned(k, true))
+      if (k != "lite.precision" && k.rfind("lite.precision.", 0) != 0 && k != "lite.rng_seed" &&
+          k != "lite.rng_offset" && !owned(k, true))
         unknown.push_back(k + " (metadata)");
     if (!unknown.empty()) {
       std::string list;
@@ -348,6 +354,12 @@ void Lite::load(const std::string& path, const LiteState& state, bool strict) {
   core_->stepped.clear();
   core_->unscaled.clear();
   if (has_rng) set_generator_state(seed, offset);
+  // Loaded: the values were converted to this Lite's dtypes, which is allowed, but the run
+  // no longer trains as the one that saved it did.
+  if (recorded && recorded->precision != precision() && is_global_zero())
+    core_->warn(path + " was saved under " + precision_name(recorded->precision) + " (" + recorded->how + " on " +
+                recorded->decided_on() + "); this Lite runs " + precision_name(precision()) + " (" + core_->record.how +
+                "); pass precision \"" + precision_name(recorded->precision) + "\" to keep the recorded one");
 }
 
 // ---- LiteOptimizer and LiteScheduler -------------------------------------------------------

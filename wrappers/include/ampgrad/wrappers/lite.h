@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -37,14 +38,15 @@
 #include <vector>
 
 #include "ampgrad/data/dataset.h"
+#include "ampgrad/dist/distributed.h"
 #include "ampgrad/error.h"
 #include "ampgrad/nn/module.h"
 #include "ampgrad/nn/serialize.h"
 #include "ampgrad/optim/optimizer.h"
 #include "ampgrad/optim/scheduler.h"
-#include "ampgrad/dist/distributed.h"
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
+#include "ampgrad/wrappers/precision_record.h"
 
 namespace ampgrad {
 
@@ -88,6 +90,10 @@ struct LiteOptions {
   const hw::HardwareProfile* profile = nullptr;
   /// Where warnings go (one line each, no newline); null: standard error.
   std::function<void(const std::string&)> warn;
+  /// A checkpoint's record to carry on (a resumed run that keeps the recorded precision):
+  /// when `precision` resolves to the record's precision, checkpoints store this record
+  /// rather than a new one, so the decision keeps its origin (how, reason, hardware).
+  std::optional<PrecisionRecord> recorded;
 };
 
 namespace detail {
@@ -102,6 +108,8 @@ struct LiteCore {
   /// Open NoBackwardSync scopes: backward leaves the gradients local.
   int no_sync_depth = 0;
   PrecisionDecision decision;
+  /// What save() writes of the decision (precision_record.h).
+  PrecisionRecord record;
   Device device;
   std::unique_ptr<PrecisionPlugin> plugin;
   std::string description;
@@ -330,6 +338,10 @@ class Lite {
 
   Precision precision() const { return core_->decision.precision; }
   const std::string& precision_reason() const { return core_->decision.reason; }
+  /// The decision as checkpoints record it: the precision, how it was chosen (from the
+  /// precision string asked for), the reason, the hardware and the version; or the record
+  /// of LiteOptions::recorded when this Lite carries it on.
+  const PrecisionRecord& precision_record() const { return core_->record; }
   Device device() const { return core_->device; }
   /// The devices the precision was decided for.
   const std::vector<Device>& devices() const { return core_->decision.devices; }
@@ -428,8 +440,9 @@ class Lite {
   double loss_scale() const { return core_->plugin->loss_scale(); }
   int64_t skipped_steps() const;
 
-  /// Writes every item of `state` plus the precision plugin's state (the grad scaler's)
-  /// and the random generator's position to one safetensors file, atomically. Under
+  /// Writes every item of `state` plus the precision plugin's state (the grad scaler's),
+  /// the precision record (precision_record()) and the random generator's position to one
+  /// safetensors file, atomically. Under
   /// "ddp" rank 0 writes and every rank returns once the file is there (the ranks hold
   /// the same parameters).
   void save(const std::string& path, const LiteState& state);
@@ -437,6 +450,9 @@ class Lite {
   /// and the generator's position. Missing items are an error naming them; so are, when
   /// `strict`, keys in the file that belong to no item (as for a module's strict load).
   /// Every number is checked as the constructors check it; errors name the file and key.
+  /// A checkpoint recorded under another precision than this Lite's still loads (the
+  /// values are converted as a module's load converts them), with one warning line naming
+  /// both precisions and how to keep the recorded one.
   void load(const std::string& path, const LiteState& state, bool strict = true);
 
  private:
