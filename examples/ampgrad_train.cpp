@@ -190,8 +190,8 @@ void add_options(CLI::App& app, Options& o) {
              "16-mixed: stop after this many optimizer steps skipped in a row for inf/NaN gradients (0: never)",
              Sign::NonNegative);
   app.add_option("--precision", o.precision,
-                 "auto (default; AMPGRAD_PRECISION when set), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, "
-                 "bf16-true");
+                 "auto (default; AMPGRAD_PRECISION when set), auto:measure (a short trial of each candidate on "
+                 "this model decides), 32-true, 64-true, 16-mixed, bf16-mixed, 16-true, bf16-true");
   app.add_flag("--redecide-precision", o.redecide_precision,
                "with --resume: decide the precision again (--precision, else auto) instead of keeping the one "
                "the checkpoint recorded");
@@ -404,6 +404,31 @@ Workload load_workload(const ag::Lite& lite, const Options& o) {
                 fmt_count(double(w.net->num_parameters())).c_str(), o.lr, o.schedule.c_str(), (long long)o.batch_size,
                 (unsigned long long)o.seed);
   return w;
+}
+
+// --precision auto:measure: a trial of the candidate precisions on this model and its first
+// batches decides, before the optimizer is set up (Lite::measure_precision); the table is
+// printed and goes into the checkpoints' record.
+void measure_if_asked(ag::Lite& lite, const Options& o, const PrecisionOnResume& on_resume, const Workload& w) {
+  if (o.precision != "auto:measure" || on_resume.kept()) return;
+  const ag::data::Dataset& ds = w.text ? static_cast<const ag::data::Dataset&>(*w.text) : *w.train;
+  std::vector<ag::data::Batch> batches;
+  for (int64_t k = 0; k < 4; ++k) {
+    std::vector<int64_t> idx(size_t(o.batch_size));
+    for (int64_t j = 0; j < o.batch_size; ++j) idx[size_t(j)] = (k * o.batch_size + j) % ds.size();
+    batches.push_back(ds.get_batch(idx));
+  }
+  const int64_t vocab = w.text ? w.text->vocab_size() : 0;
+  const auto loss = [vocab](ag::nn::Module& m, const ag::data::Batch& b) {
+    const ag::Tensor out = m.forward(b.input);
+    return vocab ? ag::cross_entropy(out.view({-1, vocab}), b.target.view({-1})) : ag::cross_entropy(out, b.target);
+  };
+  const double lr = o.lr;
+  const auto make_optimizer = [lr](ag::nn::Module& m) -> std::unique_ptr<ag::optim::Optimizer> {
+    return std::make_unique<ag::optim::AdamW>(m.parameters(), ag::optim::AdamWOptions{.lr = lr});
+  };
+  const ag::TrialReport r = lite.measure_precision(*w.net, make_optimizer, loss, batches);
+  if (lite.is_global_zero() && !o.quiet) std::printf("precision trial (auto:measure):\n%s\n", r.table().c_str());
 }
 
 // One run from the optimizer's setup to the summary: the epochs share the model, optimizer,
@@ -718,7 +743,9 @@ int main(int argc, char** argv) {
     const PrecisionOnResume on_resume(o);
     ag::Lite lite(lite_options(o, on_resume.kept()));
     start_run(lite, o, on_resume);
-    Training run(lite, o, load_workload(lite, o));
+    Workload w = load_workload(lite, o);
+    measure_if_asked(lite, o, on_resume, w);
+    Training run(lite, o, std::move(w));
     run.refuse_to_overwrite_checkpoints();
     run.resume_if_asked();
     run.train_epochs();

@@ -5,7 +5,8 @@
 #   --resume keeps P without --precision, and says so in one line (and in --json);
 #   --resume --redecide-precision decides again ("auto") and says the result differs from P;
 #   the checkpoint a kept run writes still records P as first decided (explicit);
-#   ampgrad-info --checkpoint prints the record, and refuses a file that is not a checkpoint.
+#   ampgrad-info --checkpoint prints the record, and refuses a file that is not a checkpoint;
+#   --precision auto:measure runs a trial, prints its table, and records it ("auto (trial)").
 # Usage: precision_record.sh <ampgrad-train> <ampgrad-info> <work dir>
 set -euo pipefail
 exe=$1
@@ -62,4 +63,11 @@ grep -q "^precision $other, chosen explicit on " "$dir/info.log" || { cat "$dir/
 grep -q "^  cpu features: " "$dir/info.log" || { cat "$dir/info.log"; fail "ampgrad-info's hardware"; }
 if "$info" --checkpoint "$dir/data/text.txt" >"$dir/info-bad.log" 2>&1; then fail "ampgrad-info read a text file as a checkpoint"; fi
 grep -q "\[load\] $dir/data/text.txt" "$dir/info-bad.log" || { cat "$dir/info-bad.log"; fail "ampgrad-info's error"; }
-echo "precision record: recorded, kept on resume, decided again when asked, printed by ampgrad-info: all as expected"
+# 6. --precision auto:measure: a trial decides, prints its table, and the record carries it.
+train measured --epochs 1 --precision auto:measure --save "$dir/measured"
+grep -q "^precision trial (auto:measure):" "$dir/measured.log" || { cat "$dir/measured.log"; fail "the trial's table"; }
+grep -q "^  decision: " "$dir/measured.log" || { cat "$dir/measured.log"; fail "the trial's decision"; }
+[ "$(field "$dir/measured.json" 'r["precision_record"]["how"]')" = "auto (trial)" ] || fail "measured.json: $(cat "$dir/measured.json")"
+"$info" --checkpoint "$dir/measured/epoch-0001.safetensors" >"$dir/info-measured.log" 2>&1 || fail "ampgrad-info on the measured run"
+grep -q "32-true  *native" "$dir/info-measured.log" || { cat "$dir/info-measured.log"; fail "the trial's table in the checkpoint"; }
+echo "precision record: recorded, kept on resume, decided again when asked, printed by ampgrad-info, measured: all as expected"

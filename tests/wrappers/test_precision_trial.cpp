@@ -263,3 +263,45 @@ TEST(PrecisionTrial, FashionMnistMlpPicksBfloat16WhereItIsNative) {
     EXPECT_NE(r.decision.reason.find("x 32-true's step rate"), std::string::npos) << r.decision.reason;
   std::printf("%s", r.table().c_str());
 }
+
+// ---- Lite's "auto:measure" -------------------------------------------------------------------
+
+TEST(PrecisionTrial, LiteAutoMeasureSwitchesToWhatTheTrialChose) {
+  Lite lite(LiteOptions{.accelerator = "cpu", .precision = "auto:measure"});
+  const Precision table = resolve_precision("auto", "cpu", hw::query()).precision;
+  EXPECT_EQ(lite.precision(), table) << "the table's choice until a trial runs";
+  EXPECT_EQ(lite.precision_record().how, "auto (table)");
+  EXPECT_NE(lite.precision_reason().find("auto:measure"), std::string::npos) << lite.precision_reason();
+  manual_seed(7);
+  auto m = nn::make_mlp();
+  TrialOptions o;
+  o.steps = 3;
+  const TrialReport r = lite.measure_precision(*m, adamw, mlp_loss, random_batches(2, 16), o);
+  EXPECT_EQ(lite.precision(), r.chosen().precision);
+  EXPECT_EQ(lite.plugin().precision(), r.chosen().precision);
+  EXPECT_EQ(lite.precision_record().how, "auto (trial)");
+  EXPECT_EQ(lite.precision_record().trial, r.table());
+  EXPECT_EQ(lite.precision_reason().rfind("measured: " + r.chosen().name(), 0), 0u) << lite.precision_reason();
+  set_float32_matmul_precision("highest");  // a "+medium" choice sets it process-wide
+  // The model trains on under the chosen precision.
+  auto opt = adamw(*m);
+  auto [model, optimizer] = lite.setup(m, *opt);
+  const data::Batch b = random_batches(1, 16)[0];
+  Tensor loss = cross_entropy(model(b.input), b.target);  // through the wrapper, which converts the input
+  lite.backward(loss);
+  optimizer.step();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
+
+TEST(PrecisionTrial, LiteMeasuresOnlyUnderAutoMeasureAndBeforeSetup) {
+  auto m = nn::make_mlp();
+  Lite fixed(LiteOptions{.accelerator = "cpu", .precision = "32-true"});
+  EXPECT_AG_ERROR(
+      fixed.measure_precision(*m, adamw, mlp_loss, random_batches(1, 4)),
+      "[Lite::measure_precision] this Lite runs precision \"32-true\"; a trial decides only under \"auto:measure\"");
+  Lite lite(LiteOptions{.accelerator = "cpu", .precision = "auto:measure"});
+  auto opt = adamw(*m);
+  lite.setup(m, *opt);
+  EXPECT_AG_ERROR(lite.measure_precision(*m, adamw, mlp_loss, random_batches(1, 4)), "before setting up an optimizer");
+  EXPECT_AG_ERROR(parse_precision("auto:measur"), "\"auto:measure\"");
+}

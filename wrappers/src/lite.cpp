@@ -10,6 +10,7 @@
 #include "ampgrad/backend.h"
 #include "ampgrad/error.h"
 #include "ampgrad/factories.h"
+#include "ampgrad/matmul_precision.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
 #include "ampgrad/ops/shape.h"
@@ -159,9 +160,11 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   const hw::HardwareProfile& profile = o.profile ? *o.profile : hw::query();
   const std::string requested = o.precision.empty() ? default_precision_string() : o.precision;
   core_->decision = resolve_precision(requested, o.accelerator, profile);
-  core_->record = o.recorded && o.recorded->precision == core_->decision.precision
-                      ? *o.recorded
-                      : make_precision_record(core_->decision, requested, profile);
+  core_->record =
+      o.recorded && o.recorded->precision == core_->decision.precision
+          ? *o.recorded
+          // "auto:measure" is the table's choice until measure_precision runs
+          : make_precision_record(core_->decision, parse_precision(requested).measure ? "auto" : requested, profile);
   core_->device = core_->decision.devices.front();
   core_->plugin = make_precision_plugin(core_->decision.precision, core_->device.type, {.scaler = o.scaler});
   core_->description = ampgrad::describe(profile, core_->decision);
@@ -184,6 +187,35 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
       s->set_found_inf_reduction([group](const Tensor& flag) { group->all_reduce(flag, dist::ReduceOp::Max); });
   }
   if (!core_->decision.warning.empty() && is_global_zero()) core_->warn(core_->decision.warning);
+}
+
+TrialReport Lite::measure_precision(nn::Module& model, const TrialOptimizerFactory& make_optimizer,
+                                    const TrialLoss& loss, const std::vector<data::Batch>& batches,
+                                    const TrialOptions& options) {
+  constexpr const char* kOp = "Lite::measure_precision";
+  const LiteOptions& o = core_->options;
+  const std::string requested = o.precision.empty() ? default_precision_string() : o.precision;
+  AG_CHECK(parse_precision(requested).measure, kOp, "this Lite runs precision \"", requested,
+           "\"; a trial decides only under \"auto:measure\"");
+  AG_CHECK(core_->optimizers.empty(), kOp, "call it before setting up an optimizer: the trial decides the precision ",
+           "the setup converts to");
+  AG_CHECK(core_->group == nullptr || core_->group->size() == 1, kOp,
+           "a trial on several processes is not supported yet: measure on one and pass the chosen precision to ",
+           "every rank");
+  const hw::HardwareProfile& profile = o.profile ? *o.profile : hw::query();
+  if (core_->device != Device(kCPU)) model.to(core_->device);
+  std::vector<data::Batch> on_device;
+  for (const data::Batch& b : batches) on_device.push_back({core_->to_device(b.input), core_->to_device(b.target)});
+  TrialReport report = measure_precisions(model, make_optimizer, loss, on_device, options, profile);
+  const TrialCandidate& c = report.chosen();
+  if (c.medium_matmul) set_float32_matmul_precision("medium");
+  core_->decision.precision = c.precision;
+  core_->decision.reason = "measured: " + report.decision.reason;
+  core_->decision.warning.clear();
+  core_->plugin = make_precision_plugin(c.precision, core_->device.type, {.scaler = o.scaler});
+  core_->record = make_precision_record(core_->decision, requested, profile, report.table());
+  core_->description = ampgrad::describe(profile, core_->decision);
+  return report;
 }
 
 LiteDataLoader Lite::setup_dataloader(data::DataLoader loader) {

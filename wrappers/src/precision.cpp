@@ -18,7 +18,7 @@ constexpr Precision kAll[] = {Precision::True32,  Precision::True64, Precision::
 std::string allowed_values() {
   std::string s;
   for (Precision p : kAll) s += std::string("\"") + precision_name(p) + "\", ";
-  return s + "\"auto\" (or the old \"32\", \"64\", \"16\", \"bf16\")";
+  return s + "\"auto\", \"auto:measure\" (or the old \"32\", \"64\", \"16\", \"bf16\")";
 }
 
 }  // namespace
@@ -63,6 +63,7 @@ std::optional<Precision> precision_from_name(std::string_view s) {
 PrecisionRequest parse_precision(std::string_view s) {
   if (auto p = precision_from_name(s)) return {*p, ""};
   if (s == "auto") return {std::nullopt, ""};
+  if (s == "auto:measure") return {std::nullopt, "", true};
   struct Old {
     const char* name;
     Precision p;
@@ -192,6 +193,7 @@ PrecisionDecision resolve_precision(std::string_view requested, std::string_view
   if (!req.precision) {
     d.precision = auto_p;
     d.reason = auto_reason;
+    if (req.measure) d.reason += "; auto:measure: the table's choice until a trial runs";
     return d;
   }
   d.precision = *req.precision;

@@ -47,6 +47,7 @@
 #include "ampgrad/wrappers/nested.h"
 #include "ampgrad/wrappers/precision.h"
 #include "ampgrad/wrappers/precision_record.h"
+#include "ampgrad/wrappers/precision_trial.h"
 
 namespace ampgrad {
 
@@ -342,6 +343,13 @@ class Lite {
   /// precision string asked for), the reason, the hardware and the version; or the record
   /// of LiteOptions::recorded when this Lite carries it on.
   const PrecisionRecord& precision_record() const { return core_->record; }
+  /// Precision "auto:measure": runs measure_precisions (precision_trial.h) on `model`, moved
+  /// to this Lite's device, with the batches moved there too, and switches this Lite to the
+  /// candidate it chose (setting float32_matmul_precision("medium") for "32-true+medium"),
+  /// recorded as "auto (trial)" with the trial's table. Call it before setting anything up;
+  /// under any other precision string, after a setup, or on more than one process it throws.
+  TrialReport measure_precision(nn::Module& model, const TrialOptimizerFactory& make_optimizer, const TrialLoss& loss,
+                                const std::vector<data::Batch>& batches, const TrialOptions& options = {});
   Device device() const { return core_->device; }
   /// The devices the precision was decided for.
   const std::vector<Device>& devices() const { return core_->decision.devices; }

@@ -7,6 +7,8 @@
 //   "16-true"    float16 parameters and inputs (optional float32 master weights)
 //   "bf16-true"  bfloat16 parameters and inputs (optional float32 master weights)
 //   "auto"       resolve_precision() picks one from the hardware, and says why
+//   "auto:measure" the same until Lite::measure_precision() runs a trial on the model
+//                and switches to what it measured best (precision_trial.h)
 //
 // The old spellings "32", "64", "16" and "bf16" are accepted (mapped to 32-true, 64-true,
 // 16-mixed, bf16-mixed) with a one-line deprecation warning; anything else is an error that
@@ -42,9 +44,11 @@ std::optional<Precision> precision_from_name(std::string_view s);
 
 /// What a precision string asked for: a precision, or "auto".
 struct PrecisionRequest {
-  std::optional<Precision> precision;  ///< nullopt: "auto"
+  std::optional<Precision> precision;  ///< nullopt: "auto" or "auto:measure"
   /// A one-line deprecation warning for an old spelling ("16" -> "16-mixed"); else empty.
   std::string warning;
+  /// "auto:measure": a trial on the model may decide (Lite::measure_precision).
+  bool measure = false;
 };
 
 /// Parses a precision string (see the list above). Throws ag::Error listing every allowed
