@@ -51,7 +51,10 @@ Expected reference(const Tensor& x, const Tensor& g, int64_t dim, bool log, DTyp
   const std::vector<double> xv = x.to_vector<double>(), gv = g.to_vector<double>();
   const std::vector<double> p = agt::ref_softmax(x, dim, false).to_vector<double>();
   const std::vector<double> lp = agt::ref_softmax(x, dim, true).to_vector<double>();
-  const auto [outer, n, inner] = agt::lines_along(x, dim);
+  // Named copies, not a structured binding: the lambdas below capture them (clang before 16
+  // refuses to capture bindings).
+  const auto lines = agt::lines_along(x, dim);
+  const int64_t outer = lines.outer, n = lines.n, inner = lines.inner;
   // the float64 gradients, by the reference; what follows bounds the kernel's error
   const std::vector<double> dp = ampgrad::reference::softmax_backward(p, gv, outer, n, inner);
   const std::vector<double> dlp = ampgrad::reference::log_softmax_backward(lp, gv, outer, n, inner);
