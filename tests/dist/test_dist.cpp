@@ -424,6 +424,33 @@ TEST(LiteDdp, MasterWeightsStartFromRank0) {
   }
 }
 
+// Precision "auto:measure" under ddp: rank 0 measures, and every rank runs its choice.
+TEST(LiteDdp, AutoMeasureRunsRank0sChoiceOnEveryRank) {
+  if (!failure_case().empty()) GTEST_SKIP() << "a failure case runs alone";
+  const int r = pg().rank();
+  manual_seed(500);
+  auto net = make_mlp();
+  Lite lite({.accelerator = "cpu", .precision = "auto:measure", .strategy = "ddp"});
+  TrialOptions o;
+  o.steps = 2;
+  o.include_emulated = true;  // more candidates than the hardware runs natively, to choose among
+  const auto make_opt = [](nn::Module& m) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::AdamW>(m.parameters());
+  };
+  const auto loss = [](nn::Module& m, const data::Batch& b) { return cross_entropy(m.forward(b.input), b.target); };
+  manual_seed(600 + uint64_t(r));  // different batches on each rank: only rank 0's count
+  const TrialReport rep = lite.measure_precision(*net, make_opt, loss, {{randn({8, 8}), randint(0, 4, {8})}}, o);
+  set_float32_matmul_precision("highest");
+  const int64_t mine = int64_t(lite.precision()) * 2 + int64_t(rep.chosen().medium_matmul);
+  Tensor mx = scalar_tensor(mine), mn = scalar_tensor(mine);
+  pg().all_reduce(mx, dist::ReduceOp::Max);
+  pg().all_reduce(mn, dist::ReduceOp::Min);
+  EXPECT_EQ(mx.item<int64_t>(), mn.item<int64_t>()) << "the ranks run different precisions";
+  EXPECT_EQ(lite.precision_record().how, "auto (trial)");
+  if (r == 0) EXPECT_GE(rep.rows.size(), 2u);
+  else EXPECT_EQ(rep.rows.size(), 1u);
+}
+
 // Gradient accumulation: a backward under no_backward_sync runs no collective, and the
 // next one averages the sum of both micro-batches' gradients.
 TEST(LiteDdp, NoBackwardSyncAccumulatesThenAverages) {

@@ -199,14 +199,32 @@ TrialReport Lite::measure_precision(nn::Module& model, const TrialOptimizerFacto
            "\"; a trial decides only under \"auto:measure\"");
   AG_CHECK(core_->optimizers.empty(), kOp, "call it before setting up an optimizer: the trial decides the precision ",
            "the setup converts to");
-  AG_CHECK(core_->group == nullptr || core_->group->size() == 1, kOp,
-           "a trial on several processes is not supported yet: measure on one and pass the chosen precision to ",
-           "every rank");
   const hw::HardwareProfile& profile = o.profile ? *o.profile : hw::query();
   if (core_->device != Device(kCPU)) model.to(core_->device);
   std::vector<data::Batch> on_device;
   for (const data::Batch& b : batches) on_device.push_back({core_->to_device(b.input), core_->to_device(b.target)});
-  TrialReport report = measure_precisions(model, make_optimizer, loss, on_device, options, profile);
+  TrialReport report;
+  const bool several = core_->group != nullptr && core_->group->size() > 1;
+  if (!several || core_->group->rank() == 0)
+    report = measure_precisions(model, make_optimizer, loss, on_device, options, profile);
+  if (several) {
+    // Rank 0 measures and every rank runs its choice: no rank decides differently.
+    Tensor choice = scalar_tensor(int64_t(0)).to(core_->device);
+    if (core_->group->rank() == 0)
+      choice = scalar_tensor(int64_t(int(report.chosen().precision) * 2 + int(report.chosen().medium_matmul)))
+                   .to(core_->device);
+    core_->group->broadcast(choice, 0);
+    const int64_t v = choice.to(Device(kCPU)).item<int64_t>();
+    if (core_->group->rank() != 0) {
+      TrialRow row;
+      row.candidate = {Precision(v / 2), v % 2 == 1};
+      row.note = "measured on rank 0";
+      report.rows = {row};
+      report.decision.chosen = 0;
+      report.decision.reason = row.candidate.name() + ": rank 0's trial chose it";
+      report.decision.rejected = {""};
+    }
+  }
   const TrialCandidate& c = report.chosen();
   if (c.medium_matmul) set_float32_matmul_precision("medium");
   core_->decision.precision = c.precision;

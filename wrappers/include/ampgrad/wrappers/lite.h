@@ -346,8 +346,10 @@ class Lite {
   /// Precision "auto:measure": runs measure_precisions (precision_trial.h) on `model`, moved
   /// to this Lite's device, with the batches moved there too, and switches this Lite to the
   /// candidate it chose (setting float32_matmul_precision("medium") for "32-true+medium"),
-  /// recorded as "auto (trial)" with the trial's table. Call it before setting anything up;
-  /// under any other precision string, after a setup, or on more than one process it throws.
+  /// recorded as "auto (trial)" with the trial's table. Call it before setting anything up
+  /// (under any other precision string, or after a setup, it throws). Under "ddp" every rank
+  /// calls it: rank 0 measures and every rank runs its choice (the other ranks' reports
+  /// hold only the chosen row).
   TrialReport measure_precision(nn::Module& model, const TrialOptimizerFactory& make_optimizer, const TrialLoss& loss,
                                 const std::vector<data::Batch>& batches, const TrialOptions& options = {});
   Device device() const { return core_->device; }
