@@ -64,6 +64,15 @@ TEST(PrecisionTrial, EachToleranceRejectsOnItsOwn) {
   EXPECT_NE(d.reason.find("32-true: no candidate is faster and within the tolerances"), std::string::npos) << d.reason;
 }
 
+TEST(PrecisionTrial, GradientsThatAreNotFiniteAreNamedSo) {
+  TrialRow overflowed = row(Precision::Mixed16, 2e-3);
+  overflowed.min_grad_cosine = std::numeric_limits<double>::quiet_NaN();
+  overflowed.max_grad_rel_error = std::numeric_limits<double>::infinity();
+  const TrialDecision d = choose_from_trial({baseline(10e-3), overflowed});
+  EXPECT_EQ(d.chosen, 0u);
+  EXPECT_NE(d.rejected[1].find("first step's gradients are not finite"), std::string::npos) << d.rejected[1];
+}
+
 TEST(PrecisionTrial, AllRejectedOrSlowerGives32True) {
   const std::vector<TrialRow> slower = {baseline(5e-3), row(Precision::MixedBF16, 6e-3), row(Precision::Mixed16, 9e-3)};
   EXPECT_EQ(choose_from_trial(slower).chosen, 0u);

@@ -37,6 +37,8 @@ std::string percent(double v) { return std::isfinite(v) ? fixed(100 * v, 2) + "%
 std::string rejection(const TrialRow& r, const TrialTolerances& t) {
   if (!std::isfinite(r.final_loss)) return "its loss is not finite";
   if (!std::isfinite(r.median_step_seconds) || r.median_step_seconds <= 0) return "no step time was measured";
+  if (!std::isfinite(r.min_grad_cosine) || !std::isfinite(r.max_grad_rel_error))
+    return "its first step's gradients are not finite (the grad scaler skips such a step)";
   if (!(r.loss_rel_diff <= t.loss_rel))
     return "its loss is " + percent(r.loss_rel_diff) + " off 32-true's (tolerance " + percent(t.loss_rel) + ")";
   if (!(r.min_grad_cosine >= t.grad_cosine))
