@@ -60,6 +60,7 @@ struct Options {
   int64_t max_skip_run = 50;
   std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
   bool precision_given = false;  // by --precision or AMPGRAD_PRECISION: it wins over a checkpoint's record
+  bool matmul_precision_given = false;  // by --float32-matmul-precision: it wins over the record's
   bool redecide_precision = false;
   std::string accelerator = "auto";
   std::string strategy = "single";
@@ -246,68 +247,46 @@ void configure_process(Options& o) {
 }
 
 // The precision a resumed run takes from its checkpoint's record (docs/precision.md, "The
-// decision is recorded"): the recorded one unless --precision (or AMPGRAD_PRECISION) or
-// --redecide-precision asks otherwise, or unless it cannot run here.
+// decision is recorded"; ag::precision_on_resume): the recorded one unless --precision (or
+// AMPGRAD_PRECISION) or --redecide-precision asks otherwise.
 class PrecisionOnResume {
  public:
   // Reads the record of --resume (a file, or the newest checkpoint of a folder with a
-  // readable record) and sets o.precision. A file without one is left to the load to refuse.
+  // readable record) and sets o.precision, and the float32 products when kept and not given.
   explicit PrecisionOnResume(Options& o) {
     if (o.resume.empty()) return;
     if (!read_record(o.resume)) return;
-    if (o.precision_given || o.redecide_precision) {
-      choice_ = o.precision_given ? Choice::Given : Choice::Redecided;
-      return;
-    }
-    const std::string name = ag::precision_name(recorded_->precision);
-    try {
-      ag::resolve_precision(name, o.accelerator, ag::hw::query());
-      o.precision = name;
-      choice_ = Choice::Kept;
-    } catch (const ag::Error& e) {
-      o.precision = "auto";
-      choice_ = Choice::CannotRun;
-      why_not_ = e.message();
+    const std::optional<std::string> requested = o.precision_given ? std::optional(o.precision) : std::nullopt;
+    decision_ = ag::precision_on_resume(*recorded_, requested, o.redecide_precision, o.accelerator, ag::hw::query());
+    o.precision = decision_.precision;
+    if (!decision_.float32_matmul.empty() && !o.matmul_precision_given) {
+      o.matmul_precision = decision_.float32_matmul;
+      ag::set_float32_matmul_precision(o.matmul_precision);
     }
   }
 
   // The record Lite carries on: the checkpoint's, when its precision is kept.
-  std::optional<ag::PrecisionRecord> kept() const { return choice_ == Choice::Kept ? recorded_ : std::nullopt; }
+  std::optional<ag::PrecisionRecord> kept() const {
+    return decision_.choice == ag::ResumePrecision::Choice::Kept ? recorded_ : std::nullopt;
+  }
 
   // One line: the precision this run trains in, and how it relates to the record.
   std::string line(const ag::Lite& lite) const {
-    if (!recorded_) return {};
-    const std::string rec = ag::precision_name(recorded_->precision), now = ag::precision_name(lite.precision());
-    const std::string where = checkpoint_ + " (" + recorded_->how + " on " + recorded_->decided_on() + ")";
-    switch (choice_) {
-      case Choice::Kept: return "precision: " + rec + ", recorded in " + where + "; --redecide-precision decides again";
-      case Choice::CannotRun:
-        return "precision: " + rec + ", recorded in " + where + ", cannot run here (" + why_not_ +
-               "); decided again with \"auto\": " + now;
-      case Choice::Given:
-      case Choice::Redecided: {
-        const std::string how = choice_ == Choice::Given ? "as requested" : "decided again (--redecide-precision)";
-        if (rec == now) return "precision: " + now + ", " + how + ", the same as recorded in " + where;
-        return "precision: " + now + ", " + how + "; differs from " + rec + ", recorded in " + where;
-      }
-    }
-    return {};
+    return recorded_ ? decision_.line(*recorded_, checkpoint_, lite.precision()) : std::string();
   }
 
   // For --json: the checkpoint's record and what this run did with it.
   nlohmann::json json(const ag::Lite& lite) const {
     if (!recorded_) return nullptr;
-    const char* names[] = {"kept", "cannot run here", "--precision", "--redecide-precision"};
     return {{"checkpoint", checkpoint_},
-            {"recorded", ag::precision_name(recorded_->precision)},
+            {"recorded", recorded_->precision_text()},
             {"recorded_how", recorded_->how},
-            {"choice", names[int(choice_)]},
+            {"choice", decision_.choice_name()},
+            {"emulated_here", decision_.emulated_here},
             {"line", line(lite)}};
   }
 
  private:
-  enum class Choice { Kept, CannotRun, Given, Redecided };
-
   bool read_record(const std::string& resume) {
     std::error_code ec;
     std::vector<std::string> candidates;
@@ -326,12 +305,13 @@ class PrecisionOnResume {
   }
 
   std::optional<ag::PrecisionRecord> recorded_;
-  std::string checkpoint_, why_not_;
-  Choice choice_ = Choice::Kept;
+  std::string checkpoint_;
+  ag::ResumePrecision decision_;
 };
 
 nlohmann::json record_json(const ag::PrecisionRecord& r) {
   return {{"precision", ag::precision_name(r.precision)},
+          {"float32_matmul_precision", r.float32_matmul},
           {"how", r.how},
           {"reason", r.reason},
           {"hardware", r.hardware_text()},
@@ -409,8 +389,9 @@ Workload load_workload(const ag::Lite& lite, const Options& o) {
 // --precision auto:measure: a trial of the candidate precisions on this model and its first
 // batches decides, before the optimizer is set up (Lite::measure_precision); the table is
 // printed and goes into the checkpoints' record.
-void measure_if_asked(ag::Lite& lite, const Options& o, const PrecisionOnResume& on_resume, const Workload& w) {
-  if (o.precision != "auto:measure" || on_resume.kept()) return;
+std::optional<ag::TrialReport> measure_if_asked(ag::Lite& lite, const Options& o, const PrecisionOnResume& on_resume,
+                                                const Workload& w) {
+  if (o.precision != "auto:measure" || on_resume.kept()) return std::nullopt;
   const ag::data::Dataset& ds = w.text ? static_cast<const ag::data::Dataset&>(*w.text) : *w.train;
   std::vector<ag::data::Batch> batches;
   for (int64_t k = 0; k < 4; ++k) {
@@ -427,8 +408,40 @@ void measure_if_asked(ag::Lite& lite, const Options& o, const PrecisionOnResume&
   const auto make_optimizer = [lr](ag::nn::Module& m) -> std::unique_ptr<ag::optim::Optimizer> {
     return std::make_unique<ag::optim::AdamW>(m.parameters(), ag::optim::AdamWOptions{.lr = lr});
   };
-  const ag::TrialReport r = lite.measure_precision(*w.net, make_optimizer, loss, batches);
-  if (lite.is_global_zero() && !o.quiet) std::printf("precision trial (auto:measure):\n%s\n", r.table().c_str());
+  ag::TrialReport r = lite.measure_precision(*w.net, make_optimizer, loss, batches);
+  if (lite.is_global_zero() && !o.quiet)
+    std::printf("precision trial (auto:measure):\n%s\nprecision: %s, chosen by the trial\n\n", r.table().c_str(),
+                r.chosen().name().c_str());
+  return r;
+}
+
+// For --json: the trial whole, a row per candidate with every measured figure (null where
+// not measured) and the rule's verdict on it.
+nlohmann::json trial_json(const std::optional<ag::TrialReport>& r) {
+  if (!r) return nullptr;
+  const auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < r->rows.size(); ++i) {
+    const ag::TrialRow& t = r->rows[i];
+    const std::string rejected = i < r->decision.rejected.size() ? r->decision.rejected[i] : std::string();
+    rows.push_back({{"candidate", t.candidate.name()},
+                    {"chosen", i == r->decision.chosen},
+                    {"native", t.native},
+                    {"support", t.support},
+                    {"measured", t.measured},
+                    {"note", t.note},
+                    {"steps", t.steps},
+                    {"median_step_seconds", num(t.median_step_seconds)},
+                    {"step_seconds", t.step_seconds},
+                    {"peak_bytes", t.peak_bytes},
+                    {"final_loss", num(t.final_loss)},
+                    {"loss_rel_diff", num(t.loss_rel_diff)},
+                    {"min_grad_cosine", num(t.min_grad_cosine)},
+                    {"max_grad_rel_error", num(t.max_grad_rel_error)},
+                    {"skipped_steps", t.skipped_steps},
+                    {"rejected", rejected}});
+  }
+  return {{"chosen", r->chosen().name()}, {"reason", r->decision.reason}, {"rows", rows}, {"table", r->table()}};
 }
 
 // One run from the optimizer's setup to the summary: the epochs share the model, optimizer,
@@ -497,7 +510,7 @@ class Training {
     std::printf("\nsample:\n%s\n", w_.text->decode(out).c_str());
   }
 
-  void write_json(const PrecisionOnResume& on_resume) const {
+  void write_json(const PrecisionOnResume& on_resume, const std::optional<ag::TrialReport>& trial) const {
     if (o_.json.empty()) return;
     std::ofstream f(o_.json);
     f << nlohmann::json{{"model", o_.model},
@@ -505,6 +518,7 @@ class Training {
                         {"precision_reason", lite_.precision_reason()},
                         {"precision_record", record_json(lite_.precision_record())},
                         {"precision_on_resume", on_resume.json(lite_)},
+                        {"precision_trial", trial_json(trial)},
                         {"float32_matmul_precision", o_.matmul_precision},
                         {"skipped_steps", lite_.skipped_steps()},
                         {"strategy", o_.strategy},
@@ -738,13 +752,14 @@ int main(int argc, char** argv) {
   add_options(app, o);
   CLI11_PARSE(app, argc, argv);
   apply_preset(app, o);
+  o.matmul_precision_given = app.count("--float32-matmul-precision") > 0;
   try {
     configure_process(o);
     const PrecisionOnResume on_resume(o);
     ag::Lite lite(lite_options(o, on_resume.kept()));
     start_run(lite, o, on_resume);
     Workload w = load_workload(lite, o);
-    measure_if_asked(lite, o, on_resume, w);
+    const std::optional<ag::TrialReport> trial = measure_if_asked(lite, o, on_resume, w);
     Training run(lite, o, std::move(w));
     run.refuse_to_overwrite_checkpoints();
     run.resume_if_asked();
@@ -752,7 +767,7 @@ int main(int argc, char** argv) {
     if (!lite.is_global_zero()) return 0;  // the summary, the sample and the JSON are rank 0's
     run.print_summary();
     run.print_sample();
-    run.write_json(on_resume);
+    run.write_json(on_resume, trial);
     return 0;
   } catch (const ag::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -22,12 +22,6 @@ bool have_cuda() { return !hw::query().cuda.empty(); }
 
 // ---- TF32 -----------------------------------------------------------------------------------
 
-// Puts the float32 product precision back when the test ends (it is process-wide).
-struct PrecisionGuard {
-  std::string before = get_float32_matmul_precision();
-  ~PrecisionGuard() { set_float32_matmul_precision(before); }
-};
-
 // float32 values in [-2, 2) none of which is a TF32 tie (the 13 bits TF32 drops never read
 // exactly half its last place), so that the reference does not depend on how ties round.
 Tensor no_tie_values(std::vector<int64_t> shape) {
@@ -58,7 +52,7 @@ double exact(double x) { return x; }
 // by far more than float32's tolerance, so each result matches one of them only.
 TEST(CudaBackendOps, Float32ProductsRoundToTf32UnderHighButNotHighest) {
   AGT_NEED_CUDA();
-  PrecisionGuard restore;
+  agt::Float32MatmulPrecisionGuard restore;
   const int64_t M = 33, K = 70, N = 20;
   const Tensor a = no_tie_values({M, K}), w = no_tie_values({K, N}), wt = no_tie_values({N, K});
   const Tensor ref_tf32 = ref_product(a, w, agt::tf32), ref_full = ref_product(a, w, exact);

@@ -59,6 +59,12 @@ std::string source_dir();
 
 using Bytes = std::vector<unsigned char>;
 
+/// Puts the float32 product precision back when the test ends (it is process-wide).
+struct Float32MatmulPrecisionGuard {
+  std::string before = ag::get_float32_matmul_precision();
+  ~Float32MatmulPrecisionGuard() { ag::set_float32_matmul_precision(before); }
+};
+
 /// A fresh directory under GoogleTest's temp dir, named after the running test, removed
 /// with everything in it when the object goes.
 class TempDir {

@@ -6,7 +6,9 @@
 #   --resume --redecide-precision decides again ("auto") and says the result differs from P;
 #   the checkpoint a kept run writes still records P as first decided (explicit);
 #   ampgrad-info --checkpoint prints the record, and refuses a file that is not a checkpoint;
-#   --precision auto:measure runs a trial, prints its table, and records it ("auto (trial)").
+#   --precision auto:measure runs a trial, prints its table, records it ("auto (trial)") and
+#   writes its rows into --json;
+#   float32 products at "medium" are part of the record, and a resumed run gets them back.
 # Usage: precision_record.sh <ampgrad-train> <ampgrad-info> <work dir>
 set -euo pipefail
 exe=$1
@@ -70,4 +72,18 @@ grep -q "^  decision: " "$dir/measured.log" || { cat "$dir/measured.log"; fail "
 [ "$(field "$dir/measured.json" 'r["precision_record"]["how"]')" = "auto (trial)" ] || fail "measured.json: $(cat "$dir/measured.json")"
 "$info" --checkpoint "$dir/measured/epoch-0001.safetensors" >"$dir/info-measured.log" 2>&1 || fail "ampgrad-info on the measured run"
 grep -q "32-true  *native" "$dir/info-measured.log" || { cat "$dir/info-measured.log"; fail "the trial's table in the checkpoint"; }
+chosen=$(field "$dir/measured.json" '[t["candidate"] for t in r["precision_trial"]["rows"] if t["chosen"]]')
+[ "$(field "$dir/measured.json" 'r["precision_trial"]["chosen"]')" = "$(field "$dir/measured.json" 'r["precision_record"]["precision"] + ("" if r["precision_record"]["float32_matmul_precision"] == "highest" else "+" + r["precision_record"]["float32_matmul_precision"])')" ] ||
+  fail "the trial's choice is not the recorded precision: $(cat "$dir/measured.json")"
+[ "$chosen" = "['$(field "$dir/measured.json" 'r["precision_trial"]["chosen"]')']" ] || fail "not one chosen row: $chosen"
+[ "$(field "$dir/measured.json" '[t["measured"] and t["median_step_seconds"] > 0 and t["final_loss"] > 0 for t in r["precision_trial"]["rows"] if t["candidate"] == "32-true"]')" = "[True]" ] ||
+  fail "the JSON's 32-true row: $(cat "$dir/measured.json")"
+grep -q "^precision: $(field "$dir/measured.json" 'r["precision_trial"]["chosen"]'), chosen by the trial$" "$dir/measured.log" ||
+  { cat "$dir/measured.log"; fail "the line after the trial"; }
+# 7. float32 products at "medium" are recorded, and come back on resume without the flag.
+train medium --epochs 1 --precision 32-true --float32-matmul-precision medium --save "$dir/medium"
+train medium-kept --epochs 2 --resume "$dir/medium"
+[ "$(field "$dir/medium-kept.json" 'r["float32_matmul_precision"]')" = medium ] || fail "medium-kept.json: $(cat "$dir/medium-kept.json")"
+grep -q "^precision: 32-true+medium, recorded in $dir/medium/epoch-0001.safetensors (explicit on " "$dir/medium-kept.log" ||
+  { cat "$dir/medium-kept.log"; fail "the line of a kept 32-true+medium"; }
 echo "precision record: recorded, kept on resume, decided again when asked, printed by ampgrad-info, measured: all as expected"

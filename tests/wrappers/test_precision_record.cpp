@@ -226,3 +226,85 @@ TEST(PrecisionRecord, LiteCarriesOnARecordOfItsPrecision) {
   EXPECT_EQ(other.lite.precision_record().how, "explicit");
   EXPECT_EQ(other.lite.precision_record().cpu_model, avx2.cpu.model_name);
 }
+
+TEST(PrecisionRecord, KeepsTheFloat32ProductPrecisionItWasDecidedUnder) {
+  agt::Float32MatmulPrecisionGuard restore;
+  const hw::HardwareProfile amx = hw::profiles::cpu_amx();
+  const PrecisionDecision d = resolve_precision("32-true", "cpu", amx);
+  EXPECT_EQ(make_precision_record(d, "32-true", amx).float32_matmul, "highest");
+  EXPECT_EQ(make_precision_record(d, "32-true", amx).to_metadata().count("lite.precision.float32_matmul"), 0u);
+  set_float32_matmul_precision("medium");
+  const PrecisionRecord medium = make_precision_record(d, "auto:measure", amx, "a table");
+  EXPECT_EQ(medium.float32_matmul, "medium");
+  EXPECT_EQ(medium.precision_text(), "32-true+medium");
+  EXPECT_NE(medium.describe().find("32-true+medium"), std::string::npos) << medium.describe();
+  const nn::Metadata meta = medium.to_metadata();
+  EXPECT_EQ(meta.at("lite.precision.float32_matmul"), "medium");
+  EXPECT_EQ(precision_record_from_metadata(meta), medium);
+  nn::Metadata bad = meta;
+  bad["lite.precision.float32_matmul"] = "lowest";
+  EXPECT_AG_ERROR(precision_record_from_metadata(bad), "lite.precision.float32_matmul\" is \"lowest\"");
+  // A Lite that runs the record's precision under other float32 products makes its own record.
+  set_float32_matmul_precision("highest");
+  SmallRun highest("32-true", amx, medium);
+  EXPECT_EQ(highest.lite.precision_record().float32_matmul, "highest");
+  set_float32_matmul_precision("medium");
+  SmallRun kept("32-true", amx, medium);
+  EXPECT_EQ(kept.lite.precision_record(), medium);
+}
+
+TEST(PrecisionOnResume, KeepsTheRecordedPrecisionWhereAutoWouldPickAnother) {
+  const hw::HardwareProfile amx = hw::profiles::cpu_amx(), avx512_bf16 = hw::profiles::cpu_avx512_bf16();
+  PrecisionRecord rec = make_precision_record(resolve_precision("32-true", "cpu", amx), "32-true", amx);
+  const ResumePrecision r = precision_on_resume(rec, std::nullopt, false, "auto", avx512_bf16);
+  EXPECT_EQ(r.choice, ResumePrecision::Choice::Kept);
+  EXPECT_EQ(r.precision, "32-true");
+  EXPECT_EQ(r.auto_here, Precision::MixedBF16);
+  EXPECT_EQ(r.emulated_here, "");
+  EXPECT_EQ(r.float32_matmul, "highest");
+  const std::string line = r.line(rec, "ckpt.safetensors", Precision::True32);
+  EXPECT_NE(line.find("precision: 32-true, recorded in ckpt.safetensors (explicit on " + amx.cpu.model_name + ")"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find("--redecide-precision decides again"), std::string::npos) << line;
+}
+
+TEST(PrecisionOnResume, AKeptPrecisionThisHardwareEmulatesSaysWhyAndWhatAutoWouldPick) {
+  const hw::HardwareProfile amx = hw::profiles::cpu_amx(), avx2 = hw::profiles::cpu_without_avx512();
+  const PrecisionRecord rec = make_precision_record(resolve_precision("auto", "cpu", amx), "auto", amx);
+  ASSERT_EQ(rec.precision, Precision::MixedBF16);
+  const ResumePrecision r = precision_on_resume(rec, std::nullopt, false, "cpu", avx2);
+  EXPECT_EQ(r.choice, ResumePrecision::Choice::Kept);
+  EXPECT_EQ(r.precision, "bf16-mixed");
+  EXPECT_EQ(r.choice_name(), "kept, emulated here");
+  EXPECT_NE(r.emulated_here.find("cpu: no AVX512-BF16 or AMX-BF16"), std::string::npos) << r.emulated_here;
+  EXPECT_EQ(r.auto_here, Precision::True32);
+  const std::string line = r.line(rec, "ckpt", Precision::MixedBF16);
+  EXPECT_NE(line.find("kept, but this hardware runs it emulated and slower (cpu: no AVX512-BF16"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("--redecide-precision would pick 32-true here"), std::string::npos) << line;
+  // On the hardware it was recorded on, nothing is emulated.
+  EXPECT_EQ(precision_on_resume(rec, std::nullopt, false, "cpu", amx).emulated_here, "");
+}
+
+TEST(PrecisionOnResume, ARequestOrRedecidingWinsOverTheRecord) {
+  const hw::HardwareProfile amx = hw::profiles::cpu_amx(), avx2 = hw::profiles::cpu_without_avx512();
+  PrecisionRecord rec = make_precision_record(resolve_precision("auto", "cpu", amx), "auto", amx);
+  rec.float32_matmul = "medium";
+  const ResumePrecision asked = precision_on_resume(rec, std::string("16-mixed"), false, "cpu", avx2);
+  EXPECT_EQ(asked.choice, ResumePrecision::Choice::Requested);
+  EXPECT_EQ(asked.precision, "16-mixed");
+  EXPECT_EQ(asked.float32_matmul, "");
+  EXPECT_NE(asked.line(rec, "ckpt", Precision::Mixed16).find("precision: 16-mixed, as requested; differs from "
+                                                              "bf16-mixed+medium, recorded in ckpt"),
+            std::string::npos)
+      << asked.line(rec, "ckpt", Precision::Mixed16);
+  const ResumePrecision again = precision_on_resume(rec, std::nullopt, true, "cpu", avx2);
+  EXPECT_EQ(again.choice, ResumePrecision::Choice::Redecided);
+  EXPECT_EQ(again.precision, "auto");
+  EXPECT_NE(again.line(rec, "ckpt", Precision::True32).find("decided again (--redecide-precision); differs from"),
+            std::string::npos);
+  // The record's float32 products come back with its precision.
+  EXPECT_EQ(precision_on_resume(rec, std::nullopt, false, "cpu", amx).float32_matmul, "medium");
+  EXPECT_AG_ERROR(precision_on_resume(rec, std::nullopt, false, "cuda", avx2), "accelerator \"cuda\" was requested");
+}

@@ -104,6 +104,21 @@ TEST(PrecisionTrial, RowsNotMeasuredAreNotCandidates) {
   EXPECT_NE(table.find("decision: 32-true+medium"), std::string::npos) << table;
 }
 
+TEST(PrecisionTrial, UnsteadyStepTimesAreSaidInTheReason) {
+  std::vector<TrialRow> rows = {baseline(10e-3), row(Precision::MixedBF16, 6e-3)};
+  rows[0].step_seconds = {10e-3, 10.5e-3, 9.8e-3};
+  rows[1].step_seconds = {6e-3, 6.1e-3, 5.9e-3};
+  const TrialDecision steady = choose_from_trial(rows);
+  EXPECT_EQ(steady.reason.find("unsteady"), std::string::npos) << steady.reason;
+  rows[0].step_seconds = {10e-3, 31e-3, 9.8e-3};  // one step while other work ran
+  const TrialDecision busy = choose_from_trial(rows);
+  EXPECT_EQ(busy.chosen, 1u) << "the note does not change the rule";
+  EXPECT_NE(busy.reason.find("; unsteady: one 32-true step took 3.2x another"), std::string::npos) << busy.reason;
+  TrialTolerances lenient;
+  lenient.unsteady_spread = 4;
+  EXPECT_EQ(choose_from_trial(rows, lenient).reason.find("unsteady"), std::string::npos);
+}
+
 TEST(PrecisionTrial, TolerancesAreSettable) {
   const std::vector<TrialRow> rows = {baseline(10e-3), row(Precision::TrueBF16, 4e-3, 0.08)};
   EXPECT_EQ(choose_from_trial(rows).chosen, 0u) << "8% is outside the default 5%";
@@ -202,6 +217,8 @@ TEST(PrecisionTrial, RowsCarryTheirMeasurements) {
     ASSERT_TRUE(row.measured) << row.candidate.name() << ": " << row.note;
     EXPECT_EQ(row.steps, 3);
     EXPECT_GT(row.median_step_seconds, 0.0);
+    ASSERT_EQ(row.step_seconds.size(), 2u) << "every step but the first is timed";
+    EXPECT_EQ(row.median_step_seconds, 0.5 * (row.step_seconds[0] + row.step_seconds[1]));
     EXPECT_GT(row.peak_bytes, 0u);
     EXPECT_TRUE(std::isfinite(row.final_loss));
   }

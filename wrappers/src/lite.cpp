@@ -161,7 +161,8 @@ Lite::Lite(LiteOptions options) : core_(std::make_shared<detail::LiteCore>()) {
   const std::string requested = o.precision.empty() ? default_precision_string() : o.precision;
   core_->decision = resolve_precision(requested, o.accelerator, profile);
   core_->record =
-      o.recorded && o.recorded->precision == core_->decision.precision
+      o.recorded && o.recorded->precision == core_->decision.precision &&
+              o.recorded->float32_matmul == get_float32_matmul_precision()
           ? *o.recorded
           // "auto:measure" is the table's choice until measure_precision runs
           : make_precision_record(core_->decision, parse_precision(requested).measure ? "auto" : requested, profile);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "ampgrad/error.h"
+#include "ampgrad/matmul_precision.h"
 #include "ampgrad/version.h"
 
 namespace ampgrad {
@@ -16,6 +17,7 @@ constexpr const char* kReason = "lite.precision.reason";
 constexpr const char* kHardware = "lite.precision.hardware";
 constexpr const char* kVersion = "lite.precision.version";
 constexpr const char* kTrial = "lite.precision.trial";
+constexpr const char* kFloat32Matmul = "lite.precision.float32_matmul";
 
 constexpr const char* kCpu = "cpu: ";
 constexpr const char* kCpuFeatures = "cpu features: ";
@@ -84,7 +86,13 @@ PrecisionRecord make_precision_record(const PrecisionDecision& decision, std::st
   r.cuda_emulated = profile.cuda_emulated && !r.cuda.empty();
   r.version = AMPGRAD_VERSION_STRING;
   r.trial = std::move(trial);
+  r.float32_matmul = get_float32_matmul_precision();
   return r;
+}
+
+std::string PrecisionRecord::precision_text() const {
+  const std::string name = precision_name(precision);
+  return float32_matmul == "highest" ? name : name + "+" + float32_matmul;
 }
 
 std::string PrecisionRecord::hardware_text() const {
@@ -104,6 +112,7 @@ nn::Metadata PrecisionRecord::to_metadata() const {
                  {kHardware, hardware_text()},
                  {kVersion, version}};
   if (!trial.empty()) m[kTrial] = trial;
+  if (float32_matmul != "highest") m[kFloat32Matmul] = float32_matmul;
   return m;
 }
 
@@ -125,6 +134,12 @@ std::optional<PrecisionRecord> precision_record_from_metadata(const nn::Metadata
   r.reason = get(kReason);
   r.version = get(kVersion);
   r.trial = get(kTrial);
+  if (meta.count(kFloat32Matmul)) {
+    r.float32_matmul = get(kFloat32Matmul);
+    AG_CHECK(r.float32_matmul == "highest" || r.float32_matmul == "high" || r.float32_matmul == "medium",
+             "precision record", "metadata \"", kFloat32Matmul, "\" is \"", r.float32_matmul,
+             "\"; expected highest, high or medium");
+  }
   std::istringstream lines(get(kHardware));
   for (std::string line; std::getline(lines, line);) {
     if (starts_with(line, kCpuFeatures)) {
@@ -167,7 +182,7 @@ std::string PrecisionRecord::decided_on() const {
 
 std::string PrecisionRecord::describe() const {
   std::ostringstream os;
-  os << "precision " << precision_name(precision) << ", chosen " << how;
+  os << "precision " << precision_text() << ", chosen " << how;
   if (cpu_model.empty() && cuda.empty()) {
     os << "; the hardware it was decided on is not recorded";
   } else {
@@ -177,10 +192,64 @@ std::string PrecisionRecord::describe() const {
     for (size_t i = 0; i < cpu_features.size(); ++i) os << (i ? ", " : "") << cpu_features[i];
     os << (cpu_features.empty() ? "none)" : ")");
   }
+  if (float32_matmul != "highest")
+    os << ". float32 products ran at float32_matmul_precision(\"" << float32_matmul << "\")";
   if (!reason.empty()) os << ". Reason: " << reason;
   os << ". " << (version.empty() ? std::string("ampgrad version not recorded") : "Decided by ampgrad " + version)
      << (trial.empty() ? "." : "; a trial's table is recorded.");
   return os.str();
+}
+
+// ---- resuming ----------------------------------------------------------------------------
+
+std::string ResumePrecision::choice_name() const {
+  switch (choice) {
+    case Choice::Kept: return emulated_here.empty() ? "kept" : "kept, emulated here";
+    case Choice::Requested: return "requested";
+    case Choice::Redecided: return "decided again";
+  }
+  return {};
+}
+
+std::string ResumePrecision::line(const PrecisionRecord& recorded, std::string_view checkpoint,
+                                  Precision running) const {
+  const std::string rec = recorded.precision_text(), now = precision_name(running);
+  const std::string where = std::string(checkpoint) + " (" + recorded.how + " on " + recorded.decided_on() + ")";
+  switch (choice) {
+    case Choice::Kept:
+      if (emulated_here.empty()) return "precision: " + rec + ", recorded in " + where + "; --redecide-precision decides again";
+      return "precision: " + rec + ", recorded in " + where + "; kept, but this hardware runs it emulated and slower (" +
+             emulated_here + "); --redecide-precision would pick " + precision_name(auto_here) + " here";
+    case Choice::Requested:
+    case Choice::Redecided: {
+      const std::string how = choice == Choice::Requested ? "as requested" : "decided again (--redecide-precision)";
+      if (rec == now) return "precision: " + now + ", " + how + ", the same as recorded in " + where;
+      return "precision: " + now + ", " + how + "; differs from " + rec + ", recorded in " + where;
+    }
+  }
+  return {};
+}
+
+ResumePrecision precision_on_resume(const PrecisionRecord& recorded, const std::optional<std::string>& requested,
+                                    bool redecide, std::string_view accelerator, const hw::HardwareProfile& profile) {
+  ResumePrecision r;
+  const AcceleratorChoice acc = resolve_accelerator(accelerator, profile);
+  r.auto_here = resolve_precision("auto", accelerator, profile).precision;
+  if (requested || redecide) {
+    r.choice = requested ? ResumePrecision::Choice::Requested : ResumePrecision::Choice::Redecided;
+    r.precision = requested ? *requested : "auto";
+    return r;
+  }
+  r.precision = precision_name(recorded.precision);
+  r.float32_matmul = recorded.float32_matmul;
+  // Every floating dtype runs on every device (natively or emulated): a recorded precision
+  // can always be kept; the verdict says at what cost.
+  for (const Device& d : acc.devices) {
+    const hw::Verdict v = hw::verdict(profile, d, compute_dtype(recorded.precision));
+    if (v.support != hw::Support::Native)
+      r.emulated_here += (r.emulated_here.empty() ? "" : "; ") + d.str() + ": " + v.reason;
+  }
+  return r;
 }
 
 }  // namespace ampgrad

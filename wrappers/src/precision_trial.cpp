@@ -90,6 +90,21 @@ TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTo
   for (size_t i = 0; i < rows.size(); ++i)
     if (!d.rejected[i].empty() && rows[i].median_step_seconds < c.median_step_seconds)
       why << "; " << rows[i].candidate.name() << " was faster but " << d.rejected[i];
+  // A busy machine slows whichever candidate runs while it is busy: say so rather than let
+  // a ranking by noise pass for a measurement.
+  double spread = 1;
+  const TrialRow* unsteady = nullptr;
+  for (const TrialRow& r : rows) {
+    if (!r.measured || r.step_seconds.empty()) continue;
+    const auto [lo, hi] = std::minmax_element(r.step_seconds.begin(), r.step_seconds.end());
+    if (*lo > 0 && *hi / *lo > spread) {
+      spread = *hi / *lo;
+      unsteady = &r;
+    }
+  }
+  if (unsteady && spread > tolerances.unsteady_spread)
+    why << "; unsteady: one " << unsteady->candidate.name() << " step took " << fixed(spread, 1)
+        << "x another (other work on the cores?), so the ranking by speed may not hold: measure again on a quiet machine";
   d.reason = why.str();
   return d;
 }
@@ -229,6 +244,7 @@ std::vector<Tensor> run_candidate(nn::Module& model, const TrialOptimizerFactory
     if (s > 0) seconds.push_back(dt);
     if (!stepped) ++row.skipped_steps;
   }
+  row.step_seconds = seconds;
   std::sort(seconds.begin(), seconds.end());
   row.steps = steps;
   row.median_step_seconds = seconds.empty() ? std::numeric_limits<double>::quiet_NaN()

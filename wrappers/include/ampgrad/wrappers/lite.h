@@ -92,7 +92,8 @@ struct LiteOptions {
   /// Where warnings go (one line each, no newline); null: standard error.
   std::function<void(const std::string&)> warn;
   /// A checkpoint's record to carry on (a resumed run that keeps the recorded precision):
-  /// when `precision` resolves to the record's precision, checkpoints store this record
+  /// when `precision` resolves to the record's precision (and float32_matmul_precision()
+  /// is the record's), checkpoints store this record
   /// rather than a new one, so the decision keeps its origin (how, reason, hardware).
   std::optional<PrecisionRecord> recorded;
 };

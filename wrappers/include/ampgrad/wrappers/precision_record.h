@@ -15,6 +15,8 @@
 //                              CUDA device in use, "cuda emulated: yes|no"
 //   "lite.precision.version"   the ampgrad version that decided
 //   "lite.precision.trial"     the trial's table (only after "auto:measure")
+//   "lite.precision.float32_matmul"  float32_matmul_precision() when it was not "highest"
+//                              (a trial's "32-true+medium", or --float32-matmul-precision)
 // A checkpoint with only "lite.precision" (saved before decisions were recorded) reads as a
 // record whose `how` is kUnknownHow. docs/precision.md, "The decision is recorded".
 #pragma once
@@ -56,6 +58,13 @@ struct PrecisionRecord {
   std::string version;
   /// The trial's table (format_trial) when a trial decided; else empty.
   std::string trial;
+  /// float32_matmul_precision() of the decision ("highest", "high" or "medium"): part of
+  /// the precision, since "medium" computes float32 products in bfloat16.
+  std::string float32_matmul = "highest";
+
+  /// The precision's name, with "+medium" or "+high" when float32 products were reduced
+  /// ("32-true+medium", as a trial names that candidate).
+  std::string precision_text() const;
 
   /// The record as checkpoint metadata (the keys above; "lite.precision.trial" only when
   /// there is a trial).
@@ -74,7 +83,8 @@ struct PrecisionRecord {
 /// The record of `decision`, made for the precision string `requested` ("auto" gives
 /// "auto (table)", "auto:measure" "auto (trial)", anything else "explicit"; an old spelling
 /// is explicit too), on `profile` (the CPU, and the CUDA devices of decision.devices), by
-/// this version of ampgrad; `trial` is the trial's table, when there was one.
+/// this version of ampgrad, under the float32_matmul_precision() in force; `trial` is the
+/// trial's table, when there was one.
 PrecisionRecord make_precision_record(const PrecisionDecision& decision, std::string_view requested,
                                       const hw::HardwareProfile& profile, std::string trial = {});
 
@@ -87,5 +97,37 @@ std::optional<PrecisionRecord> precision_record_from_metadata(const nn::Metadata
 /// Throws the loader's ag::Error for a file that is not safetensors, and an ag::Error
 /// naming the file when it holds no record (not written by Lite::save).
 PrecisionRecord read_precision_record(const std::string& path);
+
+/// What a resumed run does with the precision its checkpoint recorded: keep it, unless the
+/// user asked for a precision or to decide again. A kept precision that this hardware runs
+/// only emulated (bf16-mixed recorded on a CPU with AVX512-BF16, resumed on one without) is
+/// still kept, so that the run goes on with the same numerics, and the line says why it is
+/// slower and what "auto" would pick here. docs/precision.md, "The decision is recorded".
+struct ResumePrecision {
+  enum class Choice { Kept, Requested, Redecided };
+  Choice choice = Choice::Kept;
+  /// The precision string the resumed run passes to Lite: the recorded precision's name
+  /// when kept, else what was requested ("auto" when deciding again without a request).
+  std::string precision;
+  /// The float32_matmul_precision() to set when kept (the record's), else empty.
+  std::string float32_matmul;
+  /// When kept and the hardware here runs it emulated: the verdict's words; else empty.
+  std::string emulated_here;
+  /// What "auto" would pick on this hardware.
+  Precision auto_here = Precision::True32;
+
+  /// "kept", "kept, emulated here", "requested" or "decided again".
+  std::string choice_name() const;
+  /// One line: the precision the run trains in (`running`, Lite's) and how it relates to the
+  /// record of `checkpoint`.
+  std::string line(const PrecisionRecord& recorded, std::string_view checkpoint, Precision running) const;
+};
+
+/// The decision for a run resumed from a checkpoint that recorded `recorded`: `requested` is
+/// the precision the user asked for (nullopt when none), `redecide` asks to decide again
+/// ("auto", or `requested`) instead of keeping the record; `accelerator` and `profile` are
+/// this run's. Throws the accelerator's ag::Error for an accelerator this machine lacks.
+ResumePrecision precision_on_resume(const PrecisionRecord& recorded, const std::optional<std::string>& requested,
+                                    bool redecide, std::string_view accelerator, const hw::HardwareProfile& profile);
 
 }  // namespace ampgrad

@@ -47,6 +47,8 @@ struct TrialRow {
   int64_t steps = 0;
   /// The median seconds of one training step over the timed steps.
   double median_step_seconds = std::numeric_limits<double>::quiet_NaN();
+  /// Every timed step's seconds, in order: their spread says how steady the machine was.
+  std::vector<double> step_seconds;
   /// The most bytes the device's allocator held at once during the candidate's steps.
   uint64_t peak_bytes = 0;
   /// The loss after the last step, and its relative difference from 32-true's.
@@ -71,6 +73,10 @@ struct TrialTolerances {
   double grad_rel_error = 0.1;
   /// The largest fraction of steps a grad scaler may skip.
   double skipped_fraction = 0.5;
+  /// Not a tolerance on a candidate: when some measured row's slowest timed step took more
+  /// than this many times its fastest, the machine was not steady (other work on its
+  /// cores), and the reason says that the ranking by speed may not hold.
+  double unsteady_spread = 1.5;
 };
 
 /// The rule's answer: the chosen row, one line that says why, and for each row why it was
@@ -82,7 +88,8 @@ struct TrialDecision {
 };
 
 /// The fastest measured row within `tolerances` of the 32-true row (which is always within
-/// them); a tie keeps 32-true, else the earlier row. Throws ag::Error when no measured
+/// them); a tie keeps 32-true, else the earlier row. The reason ends with a warning when the
+/// step times were unsteady (TrialTolerances::unsteady_spread). Throws ag::Error when no measured
 /// 32-true row (without "medium" products) is given, since every comparison is against it.
 TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTolerances& tolerances = {});
 
