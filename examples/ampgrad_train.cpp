@@ -667,7 +667,7 @@ class Training {
     std::ostringstream why;
     why << run << " optimizer steps in a row were skipped for inf/NaN gradients (steps " << step_ - run + 1 << " to "
         << step_ << ", epoch " << epoch << "; --max-skip-run " << o_.max_skip_run << ", loss scale now "
-        << lite_.loss_scale() << ")";
+        << lite_.loss_scale() << "); the last " << opt_.explain_overflow().describe();
     stop(why.str());
   }
 

@@ -72,5 +72,8 @@ if "${exe[@]}" --model mlp --epochs 6 --precision 16-mixed --max-skip-run 5 --re
   --quiet >"$dir/nan16.log" 2>&1; then fail "a run of skipped steps did not stop 16-mixed"; fi
 grep -q "5 optimizer steps in a row were skipped for inf/NaN gradients (steps 33 to 37, epoch 5; --max-skip-run 5" \
   "$dir/nan16.log" || { cat "$dir/nan16.log"; fail "16-mixed's stop message"; }
+# The stop names what overflowed: the NaN bias makes the loss NaN, and every gradient with it.
+grep -q "; the last step skipped: the loss was not finite (nan); [0-9]* parameters' gradients held inf/NaN: [a-z0-9_.]*weight \[" \
+  "$dir/nan16.log" || { cat "$dir/nan16.log"; fail "16-mixed's overflow report"; }
 [ "$(cd "$run_dir" && sha256sum *)" = "$before" ] || fail "a stopped run changed the saved checkpoints"
 echo "checkpoints: keep, refuse, skip-and-resume, model check, NaN stops: all as expected"

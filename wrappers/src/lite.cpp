@@ -3,8 +3,10 @@
 #include "ampgrad/wrappers/lite.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
+#include <sstream>
 
 #include "ampgrad/autograd.h"
 #include "ampgrad/backend.h"
@@ -138,6 +140,10 @@ void LiteCore::broadcast_module(nn::Module& module) {
 
 void LiteCore::average_gradients_of(nn::Module& module) {
   if (reducer) reducer->add_parameters(module.parameters());
+}
+
+void LiteCore::name_parameters(nn::Module& module) {
+  for (const auto& [name, p] : module.named_parameters()) parameter_names.emplace(p.unsafe_impl(), name);
 }
 
 void LiteCore::warn(const std::string& line) const {
@@ -291,6 +297,7 @@ void Lite::backward(const Tensor& loss) {
   if (reduce) core_->reducer->prepare();
   core_->plugin->backward(loss);
   if (reduce) core_->reducer->finish();
+  core_->last_loss = loss.detach();
 }
 
 Tensor Lite::clip_gradients(nn::Module& module, LiteOptimizer& optimizer, double max_norm) {
@@ -426,8 +433,13 @@ LiteOptimizer::LiteOptimizer(optim::Optimizer& opt, std::shared_ptr<detail::Lite
 
 StepResult LiteOptimizer::step() {
   AG_CHECK(opt_ != nullptr, "LiteOptimizer::step", "not set up (use lite.setup)");
-  const StepResult r = core_->step(*opt_);
   NoGradGuard ng;
+  GradScaler* scaler = core_->plugin->scaler();
+  const bool scaled = scaler != nullptr && scaler->is_enabled();
+  const Tensor before = scaled ? scaler->scale_tensor().clone() : Tensor();
+  StepResult r = core_->step(*opt_);
+  if (scaled) r.with_scales(before, scaler->scale_tensor().clone());
+  last_ = r;
   if (r.on_device()) {
     // Decided on the device: count there, and extend or end the run of skips, with no sync.
     const Tensor skipped = amax(ne(r.found_inf(), 0.0).to(kInt64)).to(skipped_.device());
@@ -439,7 +451,63 @@ StepResult LiteOptimizer::step() {
   } else {
     skip_run_.zero_();
   }
+  if (core_->options.report_overflows && scaled && !r) core_->warn(explain_overflow().describe());
   return r;
+}
+
+OverflowReport LiteOptimizer::explain_overflow(size_t limit) const {
+  OverflowReport rep;
+  if (opt_ == nullptr || !last_.on_device() || bool(last_)) return rep;
+  NoGradGuard ng;
+  rep.skipped = true;
+  rep.scale_before = last_.scale_before();
+  rep.scale_after = last_.scale_after();
+  if (core_->last_loss.defined()) {
+    rep.loss = core_->last_loss.to(kFloat64).item<double>();
+    rep.loss_finite = std::isfinite(rep.loss);
+  }
+  const std::vector<Tensor> params = opt_->parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor g = params[k].grad();
+    if (!g.defined()) continue;
+    int64_t nan = 0, inf = 0;
+    for (const double v : g.to_vector<double>()) {
+      nan += std::isnan(v);
+      inf += std::isinf(v);
+    }
+    if (nan + inf == 0) continue;
+    ++rep.nonfinite_parameters;
+    if (rep.parameters.size() >= limit) continue;
+    const auto it = core_->parameter_names.find(params[k].unsafe_impl());
+    rep.parameters.push_back({it != core_->parameter_names.end() ? it->second : "parameter " + std::to_string(k),
+                              params[k].sizes(), nan, inf});
+  }
+  return rep;
+}
+
+std::string OverflowReport::describe() const {
+  if (!skipped) return "the last step was not skipped";
+  std::ostringstream os;
+  os << "step skipped: the loss was " << (loss_finite ? "finite (" : "not finite (") << loss << ")";
+  if (nonfinite_parameters == 0) {
+    os << "; no gradient held inf or NaN when asked (zero_grad before explain_overflow?)";
+  } else {
+    os << "; " << nonfinite_parameters << (nonfinite_parameters == 1 ? " parameter's gradient" : " parameters' gradients")
+       << " held inf/NaN: ";
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const Parameter& p = parameters[i];
+      os << (i ? ", " : "") << p.name << " [";
+      for (size_t d = 0; d < p.shape.size(); ++d) os << (d ? ", " : "") << p.shape[d];
+      os << "] (";
+      if (p.inf) os << p.inf << " inf" << (p.nan ? ", " : "");
+      if (p.nan) os << p.nan << " NaN";
+      os << ")";
+    }
+    if (int64_t(parameters.size()) < nonfinite_parameters)
+      os << ", and " << nonfinite_parameters - int64_t(parameters.size()) << " more";
+  }
+  os << "; loss scale " << scale_before << " -> " << scale_after;
+  return os.str();
 }
 
 int64_t LiteOptimizer::steps_taken() const { return (optimizer().step_count() - taken_at_setup_).item<int64_t>(); }

@@ -23,9 +23,20 @@ class StepResult {
   /// The device flag (nonzero: skipped); undefined when the answer is known on the host.
   const Tensor& found_inf() const { return flag_; }
 
+  /// Under a grad scaler (Lite's 16-mixed): the loss scale before the step and after the
+  /// iteration's scale update, as 0-dim tensors on the device (copies: later updates do not
+  /// change them). Undefined without a scaler.
+  StepResult& with_scales(Tensor before, Tensor after);
+  const Tensor& scale_before_tensor() const { return scale_before_; }
+  const Tensor& scale_after_tensor() const { return scale_after_; }
+  /// Those scales read on the host (a host sync each); NaN without a scaler.
+  double scale_before() const;
+  double scale_after() const;
+
  private:
   bool known_ = true;
   Tensor flag_;
+  Tensor scale_before_, scale_after_;
 };
 
 }  // namespace ampgrad

@@ -25,6 +25,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,6 +88,10 @@ struct LiteOptions {
   bool master_weights = true;
   /// 16-mixed: the grad scaler's options.
   GradScalerOptions scaler;
+  /// 16-mixed: after every step the grad scaler skipped, make the step's OverflowReport
+  /// (LiteOptimizer::explain_overflow) and pass its line to `warn`. Off by default: knowing
+  /// that a step was skipped reads the device, one host sync per step.
+  bool report_overflows = false;
   /// Decide from this profile instead of the machine's (tests, docs); null: hw::query().
   const hw::HardwareProfile* profile = nullptr;
   /// Where warnings go (one line each, no newline); null: standard error.
@@ -96,6 +101,33 @@ struct LiteOptions {
   /// is the record's), checkpoints store this record
   /// rather than a new one, so the decision keeps its origin (how, reason, hardware).
   std::optional<PrecisionRecord> recorded;
+};
+
+/// Why the grad scaler skipped a step (16-mixed): which gradients held inf or NaN, named
+/// by module path, whether the loss itself was not finite, and the loss scale around it.
+struct OverflowReport {
+  struct Parameter {
+    /// The module path ("block0.attn.qkv.weight") within the module Lite set up that holds
+    /// it, or "group G parameter J" for one no set-up module holds.
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t nan = 0, inf = 0;  ///< elements of its gradient
+  };
+  /// Whether the step was skipped (all else is empty when it was not).
+  bool skipped = false;
+  /// The last loss given to Lite::backward (before scaling), and whether it was finite.
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  bool loss_finite = true;
+  /// The loss scale before the step and after the iteration's update.
+  double scale_before = std::numeric_limits<double>::quiet_NaN();
+  double scale_after = std::numeric_limits<double>::quiet_NaN();
+  /// The first parameters (in the optimizer's order, at most the limit asked for) whose
+  /// gradient held inf or NaN, and how many did in all.
+  std::vector<Parameter> parameters;
+  int64_t nonfinite_parameters = 0;
+  /// One line: "step skipped: the loss was finite (2.31); 3 parameters' gradients held
+  /// inf/NaN: fc2.weight [10, 32] (4 inf), ...; loss scale 65536 -> 32768".
+  std::string describe() const;
 };
 
 namespace detail {
@@ -117,6 +149,10 @@ struct LiteCore {
   std::string description;
   // The per-iteration bookkeeping of the loss scale (16-mixed).
   std::vector<const optim::Optimizer*> optimizers;
+  /// The module path of every parameter of the modules set up, for OverflowReport.
+  std::map<const void*, std::string> parameter_names;
+  /// The last loss given to Lite::backward, detached (no host read until asked).
+  Tensor last_loss;
   std::set<const optim::Optimizer*> stepped, unscaled;
 
   Tensor to_device(const Tensor& t) const;
@@ -130,6 +166,8 @@ struct LiteCore {
   void unscale(optim::Optimizer& opt);
   StepResult step(optim::Optimizer& opt);
   void warn(const std::string& line) const;
+  /// Remembers the module paths of module's parameters.
+  void name_parameters(nn::Module& module);
   /// "ddp": rank 0's parameters and buffers of module on every rank.
   void broadcast_module(nn::Module& module);
   /// "ddp": module's parameters added to those whose gradients backward averages.
@@ -209,6 +247,11 @@ class LiteOptimizer {
   /// parameters): a loop that reads it now and then can stop a run that no longer
   /// recovers (a host sync).
   int64_t consecutive_skips() const;
+  /// Why the last step was skipped, read from the device now (host syncs): the gradients
+  /// as the step left them (call it before zero_grad), the last loss Lite::backward saw,
+  /// and the scale before and after; `limit` caps the parameters named. Not skipped (or no
+  /// step yet): a report with skipped false.
+  OverflowReport explain_overflow(size_t limit = 8) const;
 
  private:
   friend class LiteScheduler;
@@ -217,6 +260,7 @@ class LiteOptimizer {
   Tensor taken_at_setup_;  // the optimizer's step_count() when set up
   Tensor skipped_;         // int64, 0-dim, on Lite's device (the parameters')
   Tensor skip_run_;        // int64, 0-dim, there too
+  StepResult last_;        // the last step's result, with its scales
   std::shared_ptr<detail::LiteCore> core_;
 };
 
@@ -473,6 +517,7 @@ class Lite {
   template <class M>
   LiteModule<M> wrap_module(std::shared_ptr<M> module) {
     convert(*module);
+    core_->name_parameters(*module);
     core_->average_gradients_of(*module);
     return LiteModule<M>(std::move(module), core_);
   }
