@@ -59,7 +59,7 @@ struct Options {
   int keep = 3;
   int64_t max_skip_run = 50;
   std::string precision;  // empty: AMPGRAD_PRECISION if set, else "auto"
-  bool precision_given = false;  // by --precision or AMPGRAD_PRECISION: it wins over a checkpoint's record
+  bool precision_given = false;         // by --precision or AMPGRAD_PRECISION: it wins over a checkpoint's record
   bool matmul_precision_given = false;  // by --float32-matmul-precision: it wins over the record's
   bool redecide_precision = false;
   std::string accelerator = "auto";

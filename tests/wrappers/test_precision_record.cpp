@@ -295,8 +295,9 @@ TEST(PrecisionOnResume, ARequestOrRedecidingWinsOverTheRecord) {
   EXPECT_EQ(asked.choice, ResumePrecision::Choice::Requested);
   EXPECT_EQ(asked.precision, "16-mixed");
   EXPECT_EQ(asked.float32_matmul, "");
-  EXPECT_NE(asked.line(rec, "ckpt", Precision::Mixed16).find("precision: 16-mixed, as requested; differs from "
-                                                              "bf16-mixed+medium, recorded in ckpt"),
+  EXPECT_NE(asked.line(rec, "ckpt", Precision::Mixed16)
+                .find("precision: 16-mixed, as requested; differs from "
+                      "bf16-mixed+medium, recorded in ckpt"),
             std::string::npos)
       << asked.line(rec, "ckpt", Precision::Mixed16);
   const ResumePrecision again = precision_on_resume(rec, std::nullopt, true, "cpu", avx2);

@@ -492,8 +492,8 @@ std::string OverflowReport::describe() const {
   if (nonfinite_parameters == 0) {
     os << "; no gradient held inf or NaN when asked (zero_grad before explain_overflow?)";
   } else {
-    os << "; " << nonfinite_parameters << (nonfinite_parameters == 1 ? " parameter's gradient" : " parameters' gradients")
-       << " held inf/NaN: ";
+    os << "; " << nonfinite_parameters
+       << (nonfinite_parameters == 1 ? " parameter's gradient" : " parameters' gradients") << " held inf/NaN: ";
     for (size_t i = 0; i < parameters.size(); ++i) {
       const Parameter& p = parameters[i];
       os << (i ? ", " : "") << p.name << " [";

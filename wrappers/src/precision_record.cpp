@@ -217,9 +217,11 @@ std::string ResumePrecision::line(const PrecisionRecord& recorded, std::string_v
   const std::string where = std::string(checkpoint) + " (" + recorded.how + " on " + recorded.decided_on() + ")";
   switch (choice) {
     case Choice::Kept:
-      if (emulated_here.empty()) return "precision: " + rec + ", recorded in " + where + "; --redecide-precision decides again";
-      return "precision: " + rec + ", recorded in " + where + "; kept, but this hardware runs it emulated and slower (" +
-             emulated_here + "); --redecide-precision would pick " + precision_name(auto_here) + " here";
+      if (emulated_here.empty())
+        return "precision: " + rec + ", recorded in " + where + "; --redecide-precision decides again";
+      return "precision: " + rec + ", recorded in " + where +
+             "; kept, but this hardware runs it emulated and slower (" + emulated_here +
+             "); --redecide-precision would pick " + precision_name(auto_here) + " here";
     case Choice::Requested:
     case Choice::Redecided: {
       const std::string how = choice == Choice::Requested ? "as requested" : "decided again (--redecide-precision)";

@@ -104,7 +104,8 @@ TrialDecision choose_from_trial(const std::vector<TrialRow>& rows, const TrialTo
   }
   if (unsteady && spread > tolerances.unsteady_spread)
     why << "; unsteady: one " << unsteady->candidate.name() << " step took " << fixed(spread, 1)
-        << "x another (other work on the cores?), so the ranking by speed may not hold: measure again on a quiet machine";
+        << "x another (other work on the cores?), so the ranking by speed may not hold: measure again on a quiet "
+           "machine";
   d.reason = why.str();
   return d;
 }
