@@ -19,7 +19,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
 .PHONY: all deps test-deps build build-lite configure-sanitize build-sanitize build-fuzzers demo test test-sanitize \
-  fuzz bench clean format check-format
+  fuzz bench report clean format check-format
 
 all: build
 
@@ -106,6 +106,12 @@ fuzz: build-sanitize
 
 bench: build
 	@scripts/bench $(BUILD)
+
+# The benchmark suite into one result file under build/bench-results/ and an HTML report
+# next to it (scripts/bench-report): PRESET=quick (a few minutes) or full (with the peers).
+PRESET ?= quick
+report: build
+	@scripts/bench-report --preset $(PRESET) --build $(BUILD) --html
 
 # The C++ lines changed since .clang-format was adopted, in the house style (CI checks them).
 format: deps
