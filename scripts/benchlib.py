@@ -432,11 +432,10 @@ def ensure_system_python(module):
         return True
     except ImportError:
         pass
-    if os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) and os.path.exists(SYSTEM_PYTHON) \
-            and not os.environ.get("AMPGRAD_BENCH_REEXEC"):
+    # (no loop: the system python is asked first, and it does not re-run itself)
+    if os.path.realpath(sys.executable) != os.path.realpath(SYSTEM_PYTHON) and os.path.exists(SYSTEM_PYTHON):
         p = _run([SYSTEM_PYTHON, "-c", f"import {module}"])
         if p and p.returncode == 0:
-            os.environ["AMPGRAD_BENCH_REEXEC"] = "1"
             os.execv(SYSTEM_PYTHON, [SYSTEM_PYTHON] + sys.argv)
     return False
 
