@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_synthetic as syn  # noqa: E402
@@ -74,10 +75,36 @@ def parse(path):
 
 
 def png_size(data):
-    """(width, height) of PNG bytes, or None when they are not a PNG."""
-    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+    """(width, height) of a complete, intact PNG, or None: the signature, every chunk's CRC,
+    an IEND, and IDAT data that inflates to exactly the rows the header announces."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n":
         return None
-    return struct.unpack(">II", data[16:24])
+    pos, idat, header, ended = 8, b"", None, False
+    while pos + 12 <= len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) != length or struct.unpack(">I", data[pos + 8 + length:pos + 12 + length] or b"\0" * 4)[0] \
+                != zlib.crc32(kind + body):
+            return None
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            ended = True
+            break
+        pos += 12 + length
+    if not header or not ended:
+        return None
+    width, height, depth, colour = header
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
+    if channels is None or depth != 8:
+        return None
+    try:
+        rows = zlib.decompress(idat)
+    except zlib.error:
+        return None
+    return (width, height) if len(rows) == height * (1 + width * channels) else None
 
 
 def target(page, start):
