@@ -192,7 +192,10 @@ def main():
     os.makedirs(work, exist_ok=True)
 
     # A full preset's file: every plot, and targets met and missed.
-    full = render("full", syn.full_figures(), "full", work)
+    # ... and a step of ours that failed (its error kept, no values) next to a peer's figures
+    failed = syn.step("gpt_w256", "32-true", bl.OURS, 1.0)
+    failed.update(values=[], error="synthetic failure: out of memory")
+    full = render("full", syn.full_figures() + [failed, syn.step("gpt_w256", "32-true", "torch", 5000)], "full", work)
     if os.path.exists(full):
         page = parse(full)
         alts = ["Training steps", "Ours against each peer", "Against the GEMM ceiling", "Memory", "Thread scaling"]
@@ -209,6 +212,9 @@ def main():
                   f"full: target row {start!r}: {row}, expected value {value} and {verdict!r}")
         row = target(page, "mlp 32-true: step >=")
         check(row is not None and "torch.compile" in row[1], f"full: mlp's faster peer is torch.compile: {row}")
+        row = target(page, "gpt_w256 32-true: step >=")
+        check(row is not None and row[3] == "skipped" and "synthetic failure: out of memory" in row[4],
+              f"full: the failed step's target is skipped with its error: {row}")
         chromium_checks(chromium, full, work, len(alts))
 
     # A quick preset's file: no peers and no trainer, so those targets are skipped, saying why.
