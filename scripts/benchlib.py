@@ -180,6 +180,22 @@ def parse_ampgrad_info(text):
     return info
 
 
+def precisions_to_run(info, include_emulated=False):
+    """{run, emulated, left_out} for bench_train's precisions on the CPU of `info`
+    (parse_ampgrad_info): 32-true always; bf16-mixed where ampgrad-info calls the CPU's
+    bfloat16 native, or, with include_emulated, marked emulated; else left out, saying why."""
+    bf16 = info.get("verdicts", {}).get("cpu", {}).get("bfloat16", "unknown")
+    out = {"run": ["32-true"], "emulated": [], "left_out": []}
+    if bf16 == "native" or include_emulated:
+        out["run"].append("bf16-mixed")
+        if bf16 != "native":
+            out["emulated"].append("bf16-mixed")
+    else:
+        out["left_out"].append(["bf16-mixed", f"the CPU's bfloat16 is {bf16} (ampgrad-info); "
+                                              "--include-emulated runs it"])
+    return out
+
+
 def _run(cmd, **kw):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)

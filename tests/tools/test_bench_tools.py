@@ -124,6 +124,47 @@ class ExactTest(unittest.TestCase):
                 os.environ.pop("AMPGRAD_BENCH_NO_SCIPY")
 
 
+class AmpgradInfoTest(unittest.TestCase):
+    """parse_ampgrad_info and precisions_to_run on ampgrad-info's own output, for its fake
+    profiles (AMPGRAD_INFO_EXE: set by ctest where the examples are built)."""
+
+    def info(self, *args):
+        exe = os.environ.get("AMPGRAD_INFO_EXE")
+        if not exe:
+            self.skipTest("AMPGRAD_INFO_EXE not set (the build has no examples)")
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return bl.parse_ampgrad_info(p.stdout)
+
+    def test_cpu_profiles(self):
+        # without AVX512 bfloat16 is emulated: measured only when asked, and marked so
+        info = self.info("--profile", "cpu-without-avx512")
+        self.assertEqual(info["verdicts"]["cpu"]["bfloat16"], "emulated")
+        self.assertEqual(bl.precisions_to_run(info)["run"], ["32-true"])
+        self.assertIn("emulated", bl.precisions_to_run(info)["left_out"][0][1])
+        asked = bl.precisions_to_run(info, include_emulated=True)
+        self.assertEqual((asked["run"], asked["emulated"]), (["32-true", "bf16-mixed"], ["bf16-mixed"]))
+        for profile in ("cpu-avx512-bf16", "cpu-amx"):
+            chosen = bl.precisions_to_run(self.info("--profile", profile))
+            self.assertEqual((chosen["run"], chosen["emulated"]), (["32-true", "bf16-mixed"], []), profile)
+        info = self.info("--profile", "cpu-amx")
+        self.assertIn("amx_bf16", info["features"])
+        self.assertEqual(info["auto"]["cpu"]["choice"], "bf16-mixed")
+
+    def test_gpu_profiles(self):
+        info = self.info("--profile", "t4")
+        self.assertEqual(info["gpus"], [{"name": "Tesla T4", "compute_capability": "7.5"}])
+        info = self.info("--profile", "h200")
+        self.assertEqual(len(info["gpus"]), 8)
+        self.assertTrue(all(g == {"name": "NVIDIA H200", "compute_capability": "9.0"} for g in info["gpus"]))
+
+    def test_this_machine(self):
+        info = self.info()
+        self.assertEqual(info["logical_cores"], os.cpu_count())
+        self.assertTrue(info["model"])
+        self.assertIn(info["verdicts"]["cpu"]["float32"], ("native",))
+
+
 def rate(id_, values, better="higher", unit="samples/s"):
     return bl.figure(id_, group="step", metric="rate", unit=unit, better=better, values=values)
 
