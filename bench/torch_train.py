@@ -31,8 +31,8 @@ scripts/install-bench-peers for a Fabric that works with Debian's torch 1.13.
 (medium: bfloat16 products through oneDNN where the CPU has them; bench_train's
 train_step_medium rows are ours).
 --compile: the torch runner's model through torch.compile (default backend, inductor) before
-the optimizer is made; the first step's extra time over a steady step is the compile time,
-reported apart from the rate (the rate is measured after the warm-up steps, compiled).
+the optimizer is made; the warm-up steps' extra time over as many steady steps is the
+compile time, reported apart from the rate (measured after the warm-up, compiled).
 --detail: print {model: {"rates": [every timed run's rate], "median": rate, "compile_s":
 seconds or null, "first_step_s": seconds}} instead of {model: rate} (scripts/bench-report).
 --check: only import what --runner needs, print the versions on stderr and exit (status 2,
@@ -222,13 +222,15 @@ def make_case(name, precision="32-true", fabric=None, compile_model=False):
 
 def measure(step, items, warmup, min_time, repeats, detail=None):
     """The median rate over `repeats` timed runs; with a dict `detail`, also fills in
-    "rates" (every run's), "first_step_s" and "compile_s" (the first step's time over a
-    steady step's, where the first step compiles; else None)."""
-    t0 = time.perf_counter()
-    step()
-    first = time.perf_counter() - t0
-    for _ in range(max(0, warmup - 1)):
+    "rates" (every run's), "first_step_s" and "compile_s" (where the model is compiled: the
+    warm-up steps' time over as many steady steps', which counts a recompilation in a later
+    warm-up step too; else None)."""
+    first, t0 = None, time.perf_counter()
+    for i in range(warmup):
         step()
+        if i == 0:
+            first = time.perf_counter() - t0
+    warm = time.perf_counter() - t0
     rates = []
     for _ in range(repeats):
         n, t0 = 0, time.perf_counter()
@@ -242,7 +244,7 @@ def measure(step, items, warmup, min_time, repeats, detail=None):
     if detail is not None:
         steady = items / statistics.median(rates)
         detail.update(rates=rates, median=statistics.median(rates), first_step_s=first,
-                      compile_s=max(0.0, first - steady) if detail.get("compiled") else None)
+                      compile_s=max(0.0, warm - warmup * steady) if detail.get("compiled") and warmup else None)
         detail.pop("compiled", None)
     return statistics.median(rates)
 

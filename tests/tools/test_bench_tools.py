@@ -7,9 +7,9 @@ repetitions, and against scipy where it imports; the tools through their command
 (--json -). The HTML pages need matplotlib: without it those tests skip, except under
 CI=true, where they fail."""
 import base64
+import importlib.util
 import itertools
 import json
-import math
 import os
 import random
 import re
@@ -48,13 +48,7 @@ def brute_force_p(a, b):
 def have_matplotlib():
     p = subprocess.run([bl.SYSTEM_PYTHON if os.path.exists(bl.SYSTEM_PYTHON) else sys.executable, "-c",
                         "import matplotlib"], capture_output=True)
-    if p.returncode == 0:
-        return True
-    try:
-        import matplotlib  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    return p.returncode == 0 or importlib.util.find_spec("matplotlib") is not None
 
 
 def need_matplotlib(test):
