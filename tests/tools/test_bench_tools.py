@@ -221,9 +221,12 @@ class CompareTest(unittest.TestCase):
         self.assertIn("Other CPU 1", out["machines"])
         text = run("bench-compare", a, b)
         self.assertIn("two different machines are compared", text)
-        # the threads used are not the machine
+        self.assertIsNone(out["settings"])
+        # the threads used are not the machine, but a setting that differs
         a, b = self.files(figs, figs, machine_b={"threads_used": 1})
-        self.assertNotIn("two different machines", run("bench-compare", a, b))
+        text = run("bench-compare", a, b)
+        self.assertNotIn("two different machines", text)
+        self.assertIn("the runs' settings differ: threads 2 vs 1", text)
 
     def test_only_in_one_file_and_html(self):
         a, b = self.files([rate("both", syn.reps(100)), rate("gone", syn.reps(1))],
