@@ -424,6 +424,9 @@ def compare_values(a, b, better, alpha=ALPHA):
     if floor > alpha:
         k = min_repetitions(alpha)
         out["verdict"] = "too few repetitions"
+        if min(len(a), len(b)) <= 1:
+            out["why"] = f"a single value on a side: no test (it needs at least {k} on each side)"
+            return out
         out["why"] = (f"{len(a)} and {len(b)} repetitions: the exact U test's smallest p is {floor:.3f} > {alpha}; "
                       f"it needs 2 / C(n + m, n) <= {alpha}, at least {k} on each side")
         return out
