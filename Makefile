@@ -19,19 +19,20 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= true
 
 .PHONY: all deps test-deps build build-lite configure-sanitize build-sanitize build-fuzzers demo test test-sanitize \
-  fuzz bench clean format check-format
+  fuzz bench report clean format check-format
 
 all: build
 
 deps:
 	@scripts/install-deps
 
-# Python tooling for the safetensors interop test (a venv under build/pyenv, from PyPI).
+# Python tooling for the safetensors interop test (a venv under build/pyenv, from PyPI), and
+# Debian's matplotlib, scipy and chromium for the bench report's test (tests/tools).
 # Without network the test skips and says how to install it; in CI (CI=true) a failed
 # install fails, and so would the test (tests/support/testing.h: AGT_SKIP_UNLESS_CI).
 test-deps:
 	@scripts/install-test-deps || { if [ "$$CI" = true ]; then exit 1; fi; \
-	  echo "make: scripts/install-test-deps failed; the safetensors interop test will skip"; }
+	  echo "make: scripts/install-test-deps failed; the safetensors interop test or the bench report test will skip"; }
 
 # Release build with oneDNN (and CUDA when its toolkit is found).
 build: deps
@@ -77,7 +78,7 @@ test:
 	@$(TIMED) "build (full)" $(MAKE) --no-print-directory build
 	@$(TIMED) "build (Eigen-only, emulated CUDA)" $(MAKE) --no-print-directory build-lite
 	@$(TIMED) "build (fuzzers)" $(MAKE) --no-print-directory build-fuzzers
-	@$(TIMED) "test tools (PyPI)" $(MAKE) --no-print-directory test-deps
+	@$(TIMED) "test tools (PyPI, Debian)" $(MAKE) --no-print-directory test-deps
 	@echo "== ctest: Eigen-only build with the CUDA emulator ($(BUILD_LITE)) =="
 	@JOBS=$(JOBS) $(TIMED) "ctest (Eigen-only, emulated CUDA)" scripts/run-ctest $(BUILD_LITE) -E 'Exhaustive|TrainE2E.LiteMixedPrecisions'
 	@echo "== fuzz smoke: each target for $(FUZZ_SMOKE_SECONDS) s ($(BUILD_SAN)) =="
@@ -106,6 +107,12 @@ fuzz: build-sanitize
 
 bench: build
 	@scripts/bench $(BUILD)
+
+# The benchmark suite into one result file under build/bench-results/ and an HTML report
+# next to it (scripts/bench-report): PRESET=quick (a few minutes) or full (with the peers).
+PRESET ?= quick
+report: build
+	@scripts/bench-report --preset $(PRESET) --build $(BUILD) --html
 
 # The C++ lines changed since .clang-format was adopted, in the house style (CI checks them).
 format: deps

@@ -30,6 +30,11 @@ scripts/install-bench-peers for a Fabric that works with Debian's torch 1.13.
 --matmul-precision highest (default), high or medium: torch.set_float32_matmul_precision
 (medium: bfloat16 products through oneDNN where the CPU has them; bench_train's
 train_step_medium rows are ours).
+--compile: the torch runner's model through torch.compile (default backend, inductor) before
+the optimizer is made; the warm-up steps' extra time over as many steady steps is the
+compile time, reported apart from the rate (measured after the warm-up, compiled).
+--detail: print {model: {"rates": [every timed run's rate], "median": rate, "compile_s":
+seconds or null, "first_step_s": seconds}} instead of {model: rate} (scripts/bench-report).
 --check: only import what --runner needs, print the versions on stderr and exit (status 2,
 with the reason on stderr, when the runner cannot be used).
 Runs on torch 1.13 (Debian's python3-torch) and newer; the torch runner needs nothing but torch.
@@ -152,8 +157,9 @@ def import_fabric():
                        "`pip install lightning` where torch comes from pip")
 
 
-def make_case(name, precision="32-true", fabric=None):
-    """(step function, items per step). fabric: a Fabric object to run the step through, or None."""
+def make_case(name, precision="32-true", fabric=None, compile_model=False):
+    """(step function, items per step). fabric: a Fabric object to run the step through, or
+    None; compile_model: the model through torch.compile (not with fabric)."""
     torch.manual_seed(0)
     if name in ("mlp", "cnn"):
         model = make_mlp() if name == "mlp" else make_cnn()
@@ -178,6 +184,10 @@ def make_case(name, precision="32-true", fabric=None):
     else:
         raise SystemExit(f"torch_train.py: unknown model {name!r} (mlp, cnn, gpt, gpt_w256, gpt_nanogpt, mlp1024)")
     model.train()
+    if compile_model:
+        # The lambdas above look `model` up when called, so they run the compiled module; its
+        # parameters are the original module's, which the optimizer updates.
+        model = torch.compile(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 
     if fabric is not None:
@@ -210,9 +220,17 @@ def make_case(name, precision="32-true", fabric=None):
     return step, items
 
 
-def measure(step, items, warmup, min_time, repeats):
-    for _ in range(warmup):
+def measure(step, items, warmup, min_time, repeats, detail=None):
+    """The median rate over `repeats` timed runs; with a dict `detail`, also fills in
+    "rates" (every run's), "first_step_s" and "compile_s" (where the model is compiled: the
+    warm-up steps' time over as many steady steps', which counts a recompilation in a later
+    warm-up step too; else None)."""
+    first, t0 = None, time.perf_counter()
+    for i in range(warmup):
         step()
+        if i == 0:
+            first = time.perf_counter() - t0
+    warm = time.perf_counter() - t0
     rates = []
     for _ in range(repeats):
         n, t0 = 0, time.perf_counter()
@@ -223,6 +241,11 @@ def measure(step, items, warmup, min_time, repeats):
             if el >= min_time:
                 break
         rates.append(n * items / el)
+    if detail is not None:
+        steady = items / statistics.median(rates)
+        detail.update(rates=rates, median=statistics.median(rates), first_step_s=first,
+                      compile_s=max(0.0, warm - warmup * steady) if detail.get("compiled") and warmup else None)
+        detail.pop("compiled", None)
     return statistics.median(rates)
 
 
@@ -284,6 +307,9 @@ def main():
                     help="torch: a plain loop (default); fabric: the same loop through Lightning Fabric")
     ap.add_argument("--matmul-precision", choices=("highest", "high", "medium"), default="highest",
                     help="torch.set_float32_matmul_precision (bench_train's train_step_medium rows: medium)")
+    ap.add_argument("--compile", action="store_true", help="torch runner: the model through torch.compile")
+    ap.add_argument("--detail", action="store_true",
+                    help="print every run's rate and the compile time per model, not only the median")
     ap.add_argument("--check", action="store_true", help="only check that --runner can be used, then exit")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds per timed run")
@@ -293,6 +319,9 @@ def main():
     if setup is None:
         return 2
     runner, fabric = setup
+    if args.compile and (fabric is not None or not hasattr(torch, "compile")):
+        print("torch_train.py: --compile needs the torch runner and torch >= 2.0", file=sys.stderr)
+        return 2
     if args.check:
         return 0
     if hasattr(torch, "set_float32_matmul_precision"):
@@ -303,8 +332,10 @@ def main():
     out = {}
     with torch.enable_grad():
         for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-            step, items = make_case(name, args.precision, fabric)
-            out[name] = measure(step, items, args.warmup, args.min_time, max(1, args.repeats))
+            step, items = make_case(name, args.precision, fabric, args.compile)
+            detail = {"compiled": args.compile} if args.detail else None
+            rate = measure(step, items, args.warmup, args.min_time, max(1, args.repeats), detail)
+            out[name] = detail if args.detail else rate
     print(json.dumps(out))
     return 0
 

@@ -7,7 +7,7 @@ the table shows the median time and rate (any counter whose name ends in "/s") o
 of its peer, the ratio ours/peer in throughput (= peer time / our time, so higher is better)
 and the target from TARGETS below (a ratio, a time, or, for cases without a peer such as
 bench_train's training steps, an absolute rate). An errored, crashed or timed-out case keeps
-its row, with the reason in the note column. Standard library only.
+its row, with the reason in the note column. Standard library only (and scripts/benchlib.py).
 """
 import argparse
 import glob
@@ -15,6 +15,8 @@ import json
 import os
 import re
 import sys
+
+from benchlib import OURS, UNIT_NS, cmake_cache, cpu_model, split_name
 
 # (case regex, kind, bound): "ratio" is ours/peer throughput >= bound; "max_ns" is our
 # median time per iteration <= bound nanoseconds; "min_rate" is our median rate counter
@@ -62,17 +64,7 @@ TARGETS = [
 # Counters that must stay at or under a bound in every case that reports them (shown in
 # the note column; a case over its bound is a MISS whatever its other target says).
 COUNTER_BOUNDS = {"host_syncs/step": 0.0}
-OURS = "ampgrad"
 NOISY_CV = 0.10  # flag a median whose repetitions vary more than this (coefficient of variation)
-UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
-
-
-def split_name(name):
-    """'matmul/float32/256/ampgrad/min_time:0.200/real_time' -> ('matmul/float32/256', 'ampgrad')."""
-    parts = [p for p in name.split("/") if ":" not in p and p not in ("real_time", "manual_time")]
-    if len(parts) < 2:
-        return name, OURS
-    return "/".join(parts[:-1]), parts[-1]
 
 
 class Result:
@@ -162,30 +154,6 @@ def target_for(case):
         if re.search(pattern, case):
             return kind, bound
     return None, None
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def cmake_cache(build):
-    values = {}
-    try:
-        with open(os.path.join(build, "CMakeCache.txt")) as f:
-            for line in f:
-                m = re.match(r"^(CMAKE_BUILD_TYPE|AMPGRAD_ONEDNN|AMPGRAD_CUDA):\w+=(.*)$", line.strip())
-                if m:
-                    values[m.group(1)] = m.group(2)
-    except OSError:
-        pass
-    return values
 
 
 def main():

@@ -19,14 +19,15 @@ fraction of the bench step's: the median over the rounds of the trainer's rate o
 geometric mean of the two step runs around it (seconds apart; without them, over the round's
 ours.steps rate, a minute or two away). On a machine whose speed drifts, rates minutes apart,
 let alone medians from different rounds, differed by more than the 10% the target allows.
-Standard library only; exits 1 when no ampgrad step row came back.
+Standard library only (and scripts/benchlib.py); exits 1 when no ampgrad step row came back.
 """
 import argparse
 import glob
-import json
 import os
 import statistics
 import sys
+
+from benchlib import load_json, rate_counter, step_row
 
 # (model, rate unit, target ours/PyTorch, what one step takes: bench_train's and torch_train.py's shapes)
 MODELS = [("mlp", "samples/s", 2.5, "batch 128"), ("cnn", "samples/s", 2.0, "batch 128"),
@@ -47,14 +48,6 @@ STEP_TITLES = {
 
 def round_of(path):  # R of a file name <...>.R.json / .R.out
     return os.path.basename(path).rsplit(".", 2)[-2]
-
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def med(vs):
@@ -108,23 +101,24 @@ def main():
         if ".e2e-step-" in path:
             p = os.path.basename(path).split(".")[2]
             around_e2e.setdefault((p, rnd), []).extend(
-                v for b in data.get("benchmarks", []) if not b.get("error_occurred")
-                for k, v in b.items() if k.endswith("/s") and k != "items_per_second")
+                rate_counter(b)[1] for b in data.get("benchmarks", [])
+                if not b.get("error_occurred") and rate_counter(b))
             continue
         ctx = ctx or data.get("context", {})
         for b in data.get("benchmarks", []):
             if b.get("run_type") == "aggregate":
                 continue
             parts = b["name"].split("/")
-            if parts[0] in ("train_step", "amp_train_step", "train_step_medium"):
-                key = ({"train_step": "32-true", "amp_train_step": "bf16-mixed"}.get(parts[0], MEDIUM), parts[1])
+            row = step_row(b["name"])
+            if row:
+                key = (MEDIUM if row[0] == "32-true-medium" else row[0], row[1])
                 if b.get("error_occurred"):
                     errors[key] = b.get("error_message", "error")
                     continue
-                for k, v in b.items():
-                    if k.endswith("/s") and k != "items_per_second":
-                        ours.setdefault(key, []).append(v)
-                        ours_by_round[key + (rnd,)] = v
+                rate = rate_counter(b)
+                if rate:
+                    ours.setdefault(key, []).append(rate[1])
+                    ours_by_round[key + (rnd,)] = rate[1]
                 if "flops_per_item" in b:
                     flops[parts[1]] = b["flops_per_item"]
             elif parts[0] == "matmul" and not b.get("error_occurred") and "GFLOP/s" in b:

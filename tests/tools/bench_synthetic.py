@@ -1,0 +1,98 @@
+"""Synthetic benchmark result files for the tests of scripts/bench-report, bench-compare and
+bench-history: made here with chosen figures, no benchmark run."""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "scripts")
+sys.path.insert(0, SCRIPTS)
+import benchlib as bl  # noqa: E402
+
+MACHINE = {"cpu_model": "Test CPU 9000", "cpu_vendor": "GenuineIntel", "cpu_features": ["avx2", "avx512_bf16"],
+           "onednn_isa": "avx512_core_bf16", "logical_cores": 2, "threads_used": 2, "memory_bytes": 8 * 2**30,
+           "gpus": [], "os": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1", "compiler": "c++ 12.2.0",
+           "onednn_version": "2.6.3-1", "cuda_version": None, "load_avg_start": [0.1, 0.1, 0.1],
+           "load_avg_end": [0.2, 0.1, 0.1]}
+
+
+def reps(median, spread=0.02, n=5):
+    """n values around median, evenly from median*(1-spread) to median*(1+spread)."""
+    if n == 1:
+        return [median]
+    return [median * (1 - spread + 2 * spread * i / (n - 1)) for i in range(n)]
+
+
+def result(figures, *, commit="a" * 40, commit_date="2026-01-01T00:00:00+00:00", preset="full", machine=None):
+    m = dict(MACHINE, **(machine or {}))
+    m["fingerprint"] = bl.fingerprint(m)
+    return {"schema": bl.SCHEMA, "schema_version": bl.SCHEMA_VERSION, "created": commit_date, "preset": preset,
+            "command": "synthetic", "duration_s": 1.0,
+            "ampgrad": {"version": "0.1.0", "commit": commit, "commit_date": commit_date, "dirty": False,
+                        "build_dir": "/nowhere", "build_type": "Release", "build": "oneDNN on, CUDA not built",
+                        "onednn": "ON", "cuda": "OFF"},
+            "machine": m,
+            "precision": {"auto": {"cpu": {"choice": "bf16-mixed", "reason": "synthetic: AVX512-BF16"}},
+                          "verdicts": {"cpu": {"float32": "native", "bfloat16": "native", "float16": "emulated"}},
+                          "reasons": [], "run": ["32-true", "bf16-mixed"], "emulated": [], "left_out": []},
+            "peers": {"torch": "torch 2.15 (synthetic)"}, "figures": figures, "errors": []}
+
+
+def step(model, precision, impl, median, flops=1e6, n=5, spread=0.02):
+    unit = "tokens/s" if model.startswith("gpt") else "samples/s"
+    return bl.figure(f"step/{model}/{precision}/{impl}", group="step", model=model, precision=precision, impl=impl,
+                     role="ours" if impl == bl.OURS else "peer", metric="rate", unit=unit, better="higher",
+                     values=reps(median, spread, n), flops_per_item=flops)
+
+
+def full_figures():
+    """A full preset's figures. Steps (ours, torch, torch.compile, fabric): mlp 32-true
+    30000 against 10000 / 12000 (2.5x the faster: met); gpt bf16-mixed 10000 against 6000 /
+    8000 (1.25x: not met); the rest at 2x. Ceilings: float32 GEMM 100 GFLOP/s, bfloat16 200;
+    flops_per_item 1e6 for mlp, so its float32 step reaches 30000 * 1e6 / 1e9 / 100 = 0.30.
+    Trainer: 27000 samples/s against the mlp 32-true step's 30000 (0.9: met), 12000 against
+    bf16-mixed's 20000 (0.6: not met)."""
+    figs = []
+    rates = {("mlp", "32-true"): (30000, 10000, 12000), ("mlp", "bf16-mixed"): (20000, 9000, 10000),
+             ("cnn", "32-true"): (4000, 1800, 2000), ("cnn", "bf16-mixed"): (5000, 2400, 2500),
+             ("gpt", "32-true"): (16000, 7000, 8000), ("gpt", "bf16-mixed"): (10000, 6000, 8000)}
+    for (model, precision), (ours, eager, compiled) in rates.items():
+        figs.append(step(model, precision, bl.OURS, ours))
+        figs.append(step(model, precision, "torch", eager))
+        figs.append(step(model, precision, "torch.compile", compiled))
+        figs.append(step(model, precision, "fabric", eager * 0.97))
+        figs.append(bl.figure(f"compile_time/{model}/{precision}/torch.compile", group="compile", model=model,
+                              precision=precision, impl="torch.compile", role="peer", metric="time", unit="s",
+                              better="lower", values=[20.0]))
+        for impl, mib in ((bl.OURS, 60), ("torch", 400)):
+            figs.append(bl.figure(f"peak_rss/{model}/{precision}/{impl}", group="memory", model=model,
+                                  precision=precision, impl=impl, role="ours" if impl == bl.OURS else "peer",
+                                  metric="peak_rss", unit="MiB", better="lower", values=[mib]))
+    for dtype, ceiling in (("float32", 100.0), ("bfloat16", 200.0)):
+        figs.append(bl.figure(f"gemm/{dtype}/1024/ampgrad", group="gemm", precision=dtype, metric="rate",
+                              unit="GFLOP/s", better="higher", values=reps(ceiling * 0.98)))
+        figs.append(bl.figure(f"gemm/{dtype}/1024/onednn", group="gemm", precision=dtype, impl="onednn",
+                              role="ceiling", metric="rate", unit="GFLOP/s", better="higher", values=reps(ceiling)))
+    for t, rate in ((1, 9000), (2, 16000)):
+        figs.append(bl.figure(f"threads/gpt/32-true/ampgrad/{t}", group="threads", model="gpt", precision="32-true",
+                              metric="rate", unit="tokens/s", better="higher", values=reps(rate), threads=t))
+    figs.append(bl.figure("fixed/tiny_add/ampgrad", group="fixed", metric="time", unit="ns", better="lower",
+                          values=reps(150)))
+    for precision, rate, acc in (("32-true", 27000, 0.893), ("bf16-mixed", 12000, 0.89)):
+        figs.append(bl.figure(f"trainer/mlp/{precision}/ampgrad", group="trainer", model="mlp", precision=precision,
+                              metric="rate", unit="samples/s", better="higher", values=reps(rate, n=4)))
+        figs.append(bl.figure(f"trainer_accuracy/mlp/{precision}/ampgrad", group="trainer", model="mlp",
+                              precision=precision, metric="accuracy", unit="fraction", better="higher",
+                              values=[acc] * 4))
+    return figs
+
+
+def quick_figures():
+    """A quick preset's figures: our steps, the GEMMs, thread scaling; no peers, no trainer."""
+    return [f for f in full_figures() if f["role"] != "peer" and f["group"] != "trainer"]
+
+
+def write(path, data):
+    with open(path, "w") as f:
+        json.dump(data, f)
+    return path

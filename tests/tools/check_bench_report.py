@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""scripts/bench-report's HTML report as a person sees it: built from synthetic result files
+(tests/tools/bench_synthetic.py, no benchmark run), opened in headless Chromium.
+
+Checks: every <img> is a data: URI that decodes as a PNG of some size; the targets table
+says met / not met for the figures chosen to meet or miss them, and skipped (with the
+reason) for a quick preset's file without peers; in Chromium, every image decoded (the
+page's script records the count on <body>, read back with --dump-dom), no console message
+(an error or an uncaught exception), and a screenshot that is not blank.
+Exits 77 (ctest's SKIP_RETURN_CODE) with the reason where Chromium or matplotlib is missing
+(scripts/install-test-deps installs both), and fails for it under CI=true.
+Usage: check_bench_report.py [work dir: emptied first; the pages and screenshot stay there]
+"""
+import base64
+import html.parser
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_synthetic as syn  # noqa: E402
+import benchlib as bl  # noqa: E402
+
+SKIP = 77
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+    return cond
+
+
+class Page(html.parser.HTMLParser):
+    """The <img> attributes and every table row's cell texts of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.rows, self.body = [], [], {}
+        self._row, self._cell = None, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.imgs.append(dict(attrs))
+        elif tag == "body":
+            self.body = dict(attrs)
+        elif tag == "tr":
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(self._cell.strip())
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.rows.append(self._row)
+            self._row = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def parse(path):
+    p = Page()
+    with open(path) as f:
+        p.feed(f.read())
+    return p
+
+
+def png_size(data):
+    """(width, height) of a complete, intact PNG, or None: the signature, every chunk's CRC,
+    an IEND, and IDAT data that inflates to exactly the rows the header announces."""
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    pos, idat, header, ended = 8, b"", None, False
+    while pos + 12 <= len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if len(body) != length or struct.unpack(">I", data[pos + 8 + length:pos + 12 + length] or b"\0" * 4)[0] \
+                != zlib.crc32(kind + body):
+            return None
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        elif kind == b"IEND":
+            ended = True
+            break
+        pos += 12 + length
+    if not header or not ended:
+        return None
+    width, height, depth, colour = header
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(colour)
+    if channels is None or depth != 8:
+        return None
+    try:
+        rows = zlib.decompress(idat)
+    except zlib.error:
+        return None
+    return (width, height) if len(rows) == height * (1 + width * channels) else None
+
+
+def target(page, start):
+    """The targets table's row whose first cell starts with `start`."""
+    rows = [r for r in page.rows if r and r[0].startswith(start)]
+    return rows[0] if len(rows) == 1 else None
+
+
+def render(name, figures, preset, work):
+    path = syn.write(os.path.join(work, f"{name}.json"), syn.result(figures, preset=preset))
+    out = os.path.join(work, f"{name}.html")
+    p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "html", path, "-o", out],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, f"bench-report html {name}: status {p.returncode}: {p.stderr[-500:]}")
+    return out
+
+
+def check_images(page, name, expected_alts):
+    alts = [i.get("alt") for i in page.imgs]
+    check(sorted(alts) == sorted(expected_alts), f"{name}: plots {alts}, expected {expected_alts}")
+    for img in page.imgs:
+        src = img.get("src", "")
+        prefix = "data:image/png;base64,"
+        if not check(src.startswith(prefix), f"{name}: <img alt={img.get('alt')!r}> is not an inlined PNG"):
+            continue
+        try:
+            data = base64.b64decode(src[len(prefix):], validate=True)
+        except ValueError as e:
+            check(False, f"{name}: <img alt={img.get('alt')!r}>: base64 does not decode: {e}")
+            continue
+        size = png_size(data)
+        check(size is not None and size[0] >= 200 and size[1] >= 100,
+              f"{name}: <img alt={img.get('alt')!r}> decodes to {size} (not a PNG of a plot)")
+
+
+def chromium_checks(chromium, page_path, work, n_images):
+    url = "file://" + os.path.abspath(page_path)
+    common = [chromium, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
+              f"--user-data-dir={os.path.join(work, 'chromium-profile')}", "--enable-logging=stderr", "--v=0"]
+    p = subprocess.run(common + ["--virtual-time-budget=5000", "--dump-dom", url], capture_output=True, text=True,
+                       timeout=60)
+    check(p.returncode == 0, f"chromium --dump-dom: status {p.returncode}: {p.stderr[-500:]}")
+    dom = Page()
+    dom.feed(p.stdout)
+    decoded = dom.body.get("data-images-decoded")
+    check(decoded == f"{n_images}/{n_images}",
+          f"chromium: images decoded {decoded!r}, expected {n_images}/{n_images} (the page's load script)")
+    console = [l for l in p.stderr.splitlines() if ":CONSOLE" in l]
+    check(not console, "chromium: console messages: " + " | ".join(console))
+
+    shot = os.path.join(work, "report.png")
+    p = subprocess.run(common + ["--window-size=1280,2400", f"--screenshot={shot}", url], capture_output=True,
+                       text=True, timeout=60)
+    check(p.returncode == 0 and os.path.exists(shot), f"chromium --screenshot: status {p.returncode}: "
+                                                      f"{p.stderr[-500:]}")
+    console = [l for l in p.stderr.splitlines() if ":CONSOLE" in l]
+    check(not console, "chromium (screenshot): console messages: " + " | ".join(console))
+    if os.path.exists(shot):
+        import matplotlib.image
+        img = matplotlib.image.imread(shot)[:, :, :3]
+        ink = (img.min(axis=2) < 0.9).mean()  # the share of pixels that are not (near) white
+        colours = len({tuple(px) for px in (img[::7, ::7].reshape(-1, 3) * 255).astype(int).tolist()})
+        check(ink > 0.02 and colours > 30,
+              f"chromium: the screenshot looks blank ({100 * ink:.1f}% non-white pixels, {colours} colours)")
+
+
+def skip(why):
+    """Skips, except under CI=true, where a missed install step fails (as AGT_SKIP_UNLESS_CI)."""
+    if os.environ.get("CI") == "true":
+        print(f"FAIL (CI=true): {why}", file=sys.stderr)
+        return 1
+    print(f"skipped: {why}")
+    return SKIP
+
+
+def main():
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        return skip("no chromium on PATH (scripts/install-test-deps installs Debian's chromium)")
+    if not bl.ensure_system_python("matplotlib"):
+        return skip("matplotlib does not import (scripts/install-test-deps installs python3-matplotlib)")
+    work = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="bench-report-test.")
+    if len(sys.argv) > 1:  # a fresh folder, whose pages stay for a look afterwards
+        shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work, exist_ok=True)
+
+    # A full preset's file: every plot, and targets met and missed.
+    # ... and a step of ours that failed (its error kept, no values) next to a peer's figures
+    failed = syn.step("gpt_w256", "32-true", bl.OURS, 1.0)
+    failed.update(values=[], error="synthetic failure: out of memory")
+    full = render("full", syn.full_figures() + [failed, syn.step("gpt_w256", "32-true", "torch", 5000)], "full", work)
+    if os.path.exists(full):
+        page = parse(full)
+        alts = ["Training steps", "Ours against each peer", "Against the GEMM ceiling", "Memory", "Thread scaling"]
+        check_images(page, "full", alts)
+        # (first cell, value, verdict), from bench_synthetic.full_figures' numbers
+        for start, value, verdict in (("mlp 32-true: step >=", "2.50", "met"),
+                                      ("gpt bf16-mixed: step >=", "1.25", "not met"),
+                                      ("mlp 32-true: step against its GEMM ceiling", "0.30", "reported"),
+                                      ("gpt 32-true: step against its GEMM ceiling", "0.16", "reported"),
+                                      ("trainer mlp 32-true: rate", "0.90", "met"),
+                                      ("trainer mlp bf16-mixed: rate", "0.60", "not met")):
+            row = target(page, start)
+            check(row is not None and row[2] == value and row[3] == verdict,
+                  f"full: target row {start!r}: {row}, expected value {value} and {verdict!r}")
+        row = target(page, "mlp 32-true: step >=")
+        check(row is not None and "torch.compile" in row[1], f"full: mlp's faster peer is torch.compile: {row}")
+        row = target(page, "gpt_w256 32-true: step >=")
+        check(row is not None and row[3] == "skipped" and "synthetic failure: out of memory" in row[4],
+              f"full: the failed step's target is skipped with its error: {row}")
+        chromium_checks(chromium, full, work, len(alts))
+
+    # A quick preset's file: no peers and no trainer, so those targets are skipped, saying why.
+    quick = render("quick", syn.quick_figures(), "quick", work)
+    if os.path.exists(quick):
+        page = parse(quick)
+        check_images(page, "quick", ["Training steps", "Against the GEMM ceiling", "Memory", "Thread scaling"])
+        row = target(page, "cnn 32-true: step >=")
+        check(row is not None and row[3] == "skipped" and "--preset full" in row[4], f"quick: peer target {row}")
+        row = target(page, "trainer mlp 32-true")
+        check(row is not None and row[3] == "skipped" and "trainer" in row[4], f"quick: trainer target {row}")
+
+    if failures:
+        print(f"{len(failures)} check(s) failed; pages kept in {work}", file=sys.stderr)
+        return 1
+    if len(sys.argv) <= 1:
+        shutil.rmtree(work, ignore_errors=True)
+    print("ok: both reports render, every image decodes, targets as chosen")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

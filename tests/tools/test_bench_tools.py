@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""scripts/bench-compare, scripts/bench-history and the statistics behind them
+(scripts/benchlib.py), on synthetic result files (tests/tools/bench_synthetic.py).
+
+The exact U test is checked against a brute-force enumeration of every split of the pooled
+repetitions, and against scipy where it imports; the tools through their command lines
+(--json -). The HTML pages need matplotlib: without it those tests skip, except under
+CI=true, where they fail."""
+import base64
+import importlib.util
+import itertools
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_synthetic as syn  # noqa: E402
+import benchlib as bl  # noqa: E402
+from check_bench_report import png_size  # noqa: E402
+
+
+def brute_force_p(a, b):
+    """Two-sided p of the U statistic by enumerating every way to split the pooled (distinct)
+    values into groups of len(a) and len(b): the share of splits whose U is at least as far
+    from its mean as the observed one."""
+    pooled = a + b
+    n, m = len(a), len(b)
+
+    def u_of(xs, ys):
+        return sum(1 for x in xs for y in ys if x > y)
+
+    far = lambda u: abs(u - n * m / 2)  # noqa: E731
+    observed = far(u_of(a, b))
+    hits = total = 0
+    for idx in itertools.combinations(range(n + m), n):
+        xs = [pooled[i] for i in idx]
+        ys = [pooled[i] for i in range(n + m) if i not in idx]
+        total += 1
+        hits += far(u_of(xs, ys)) >= observed - 1e-12
+    return hits / total
+
+
+def have_matplotlib():
+    p = subprocess.run([bl.SYSTEM_PYTHON if os.path.exists(bl.SYSTEM_PYTHON) else sys.executable, "-c",
+                        "import matplotlib"], capture_output=True)
+    return p.returncode == 0 or importlib.util.find_spec("matplotlib") is not None
+
+
+def need_matplotlib(test):
+    if have_matplotlib():
+        return
+    if os.environ.get("CI") == "true":
+        test.fail("matplotlib does not import (scripts/install-test-deps installs python3-matplotlib)")
+    test.skipTest("matplotlib does not import (scripts/install-test-deps installs python3-matplotlib)")
+
+
+def run(script, *args, expect=0):
+    p = subprocess.run([os.path.join(syn.SCRIPTS, script), *args], capture_output=True, text=True, timeout=120)
+    if p.returncode != expect:
+        raise AssertionError(f"{script} {' '.join(args)}: status {p.returncode}, expected {expect}\n{p.stderr}")
+    return p.stdout
+
+
+def html_images(path):
+    with open(path) as f:
+        srcs = re.findall(r'<img alt="[^"]*" src="([^"]+)"', f.read())
+    return [png_size(base64.b64decode(s.split(",", 1)[1])) if s.startswith("data:image/png;base64,") else None
+            for s in srcs]
+
+
+class ExactTest(unittest.TestCase):
+    def setUp(self):
+        self._env = os.environ.get("AMPGRAD_BENCH_NO_SCIPY")
+        os.environ["AMPGRAD_BENCH_NO_SCIPY"] = "1"  # benchlib's own exact test
+
+    def tearDown(self):
+        if self._env is None:
+            os.environ.pop("AMPGRAD_BENCH_NO_SCIPY", None)
+        else:
+            os.environ["AMPGRAD_BENCH_NO_SCIPY"] = self._env
+
+    def test_exact_p_equals_enumeration(self):
+        rng = random.Random(3)
+        for n, m in ((2, 3), (3, 3), (4, 4), (3, 5), (5, 4), (1, 6)):
+            for _ in range(4):
+                vals = rng.sample(range(1000), n + m)
+                a, b = vals[:n], vals[n:]
+                self.assertAlmostEqual(bl.mann_whitney_p(a, b), brute_force_p(a, b), places=12, msg=(a, b))
+
+    def test_smallest_p_and_minimum_repetitions(self):
+        # Every repetition of one side above every one of the other: the most extreme split.
+        for n, m in ((3, 3), (4, 4), (3, 4), (3, 5), (2, 8), (2, 7)):
+            a, b = list(range(n)), list(range(100, 100 + m))
+            self.assertAlmostEqual(bl.min_exact_p(n, m), brute_force_p(a, b), places=12)
+        k = next(k for k in range(1, 10) if brute_force_p(list(range(k)), list(range(10, 10 + k))) <= bl.ALPHA)
+        self.assertEqual(bl.min_repetitions(), k)
+
+    def test_exact_test_agrees_with_scipy(self):
+        os.environ.pop("AMPGRAD_BENCH_NO_SCIPY")
+        st = bl._scipy_stats()
+        if st is None:
+            if os.environ.get("CI") == "true":
+                self.fail("scipy does not import (scripts/install-test-deps installs python3-scipy)")
+            self.skipTest("scipy does not import here (Debian's python3-scipy)")
+        rng = random.Random(5)
+        for n, m in ((4, 4), (5, 5), (9, 12), (4, 10)):
+            for ties in (False, True):
+                a = [rng.randint(0, 8 if ties else 10**6) for _ in range(n)]
+                b = [rng.randint(0, 8 if ties else 10**6) for _ in range(m)]
+                expected = float(st.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+                os.environ["AMPGRAD_BENCH_NO_SCIPY"] = "1"
+                self.assertAlmostEqual(bl.mann_whitney_p(a, b), expected, places=9, msg=(a, b))
+                os.environ.pop("AMPGRAD_BENCH_NO_SCIPY")
+
+
+class AmpgradInfoTest(unittest.TestCase):
+    """parse_ampgrad_info and precisions_to_run on ampgrad-info's own output, for its fake
+    profiles (AMPGRAD_INFO_EXE: set by ctest where the examples are built)."""
+
+    def info(self, *args):
+        exe = os.environ.get("AMPGRAD_INFO_EXE")
+        if not exe:
+            self.skipTest("AMPGRAD_INFO_EXE not set (the build has no examples)")
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return bl.parse_ampgrad_info(p.stdout)
+
+    def test_cpu_profiles(self):
+        # without AVX512 bfloat16 is emulated: measured only when asked, and marked so
+        info = self.info("--profile", "cpu-without-avx512")
+        self.assertEqual(info["verdicts"]["cpu"]["bfloat16"], "emulated")
+        self.assertEqual(bl.precisions_to_run(info)["run"], ["32-true"])
+        self.assertIn("emulated", bl.precisions_to_run(info)["left_out"][0][1])
+        asked = bl.precisions_to_run(info, include_emulated=True)
+        self.assertEqual((asked["run"], asked["emulated"]), (["32-true", "bf16-mixed"], ["bf16-mixed"]))
+        for profile in ("cpu-avx512-bf16", "cpu-amx"):
+            chosen = bl.precisions_to_run(self.info("--profile", profile))
+            self.assertEqual((chosen["run"], chosen["emulated"]), (["32-true", "bf16-mixed"], []), profile)
+        info = self.info("--profile", "cpu-amx")
+        self.assertIn("amx_bf16", info["features"])
+        self.assertEqual(info["auto"]["cpu"]["choice"], "bf16-mixed")
+
+    def test_gpu_profiles(self):
+        info = self.info("--profile", "t4")
+        self.assertEqual(info["gpus"], [{"name": "Tesla T4", "compute_capability": "7.5"}])
+        info = self.info("--profile", "h200")
+        self.assertEqual(len(info["gpus"]), 8)
+        self.assertTrue(all(g == {"name": "NVIDIA H200", "compute_capability": "9.0"} for g in info["gpus"]))
+
+    def test_this_machine(self):
+        info = self.info()
+        self.assertEqual(info["logical_cores"], os.cpu_count())
+        self.assertTrue(info["model"])
+        self.assertIn(info["verdicts"]["cpu"]["float32"], ("native",))
+
+
+def rate(id_, values, better="higher", unit="samples/s"):
+    return bl.figure(id_, group="step", metric="rate", unit=unit, better=better, values=values)
+
+
+class CompareTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def files(self, figs_a, figs_b, machine_b=None):
+        a = syn.write(os.path.join(self.dir.name, "a.json"), syn.result(figs_a))
+        b = syn.write(os.path.join(self.dir.name, "b.json"), syn.result(figs_b, machine=machine_b))
+        return a, b
+
+    def rows(self, a, b, *extra, expect=0):
+        out = json.loads(run("bench-compare", a, b, "--json", "-", *extra, expect=expect))
+        return {r["id"]: r for r in out["rows"]}, out
+
+    def test_faster_slower_noise(self):
+        noise_a, noise_b = [100, 102, 98, 101, 99], [101, 99, 100, 98, 102]
+        a, b = self.files(
+            [rate("up", syn.reps(100)), rate("down", syn.reps(100)), rate("same", noise_a),
+             rate("time", syn.reps(200), "lower", "ns")],
+            [rate("up", syn.reps(130)), rate("down", syn.reps(80)), rate("same", noise_b),
+             rate("time", syn.reps(150), "lower", "ns")])
+        rows, out = self.rows(a, b)
+        self.assertEqual(rows["up"]["verdict"], "faster")
+        self.assertAlmostEqual(rows["up"]["ratio"], 1.3, places=12)
+        lo, hi = rows["up"]["ci"]
+        self.assertTrue(1.0 < lo <= 1.3 <= hi, rows["up"]["ci"])
+        self.assertEqual(rows["down"]["verdict"], "slower")
+        self.assertAlmostEqual(rows["down"]["ratio"], 0.8, places=12)
+        self.assertEqual(rows["same"]["verdict"], "within noise")
+        lo, hi = rows["same"]["ci"]
+        self.assertTrue(lo <= 1.0 <= hi, rows["same"]["ci"])
+        self.assertGreaterEqual(rows["same"]["p"], bl.ALPHA)
+        # a time going down is faster
+        self.assertEqual(rows["time"]["verdict"], "faster")
+        self.assertAlmostEqual(rows["time"]["ratio"], 0.75, places=12)
+        self.assertIsNone(out["machines"])
+        self.rows(a, b, "--fail-on-slower", expect=1)
+
+    def test_too_few_repetitions(self):
+        a, b = self.files([rate("three", syn.reps(100, n=3)), rate("three_five", syn.reps(100, n=3))],
+                          [rate("three", syn.reps(200, n=3)), rate("three_five", syn.reps(200, n=5))])
+        rows, _ = self.rows(a, b)
+        self.assertEqual(rows["three"]["verdict"], "too few repetitions")
+        self.assertIn(f"at least {bl.min_repetitions()} on each side", rows["three"]["why"])
+        self.assertIsNone(rows["three"]["p"])
+        # 3 against 5 can reach alpha (2 / C(8, 3) < 0.05): a doubling is called
+        self.assertEqual(rows["three_five"]["verdict"], "faster")
+
+    def test_two_machines(self):
+        figs = [rate("up", syn.reps(100))]
+        a, b = self.files(figs, figs, machine_b={"cpu_model": "Other CPU 1"})
+        _, out = self.rows(a, b)
+        self.assertIn("two different machines", out["machines"])
+        self.assertIn("Other CPU 1", out["machines"])
+        text = run("bench-compare", a, b)
+        self.assertIn("two different machines are compared", text)
+        self.assertIsNone(out["settings"])
+        # the threads used are not the machine, but a setting that differs
+        a, b = self.files(figs, figs, machine_b={"threads_used": 1})
+        text = run("bench-compare", a, b)
+        self.assertNotIn("two different machines", text)
+        self.assertIn("the runs' settings differ: threads 2 vs 1", text)
+
+    def test_only_in_one_file_and_html(self):
+        a, b = self.files([rate("both", syn.reps(100)), rate("gone", syn.reps(1))],
+                          [rate("both", syn.reps(100)), rate("new", syn.reps(1))])
+        _, out = self.rows(a, b)
+        self.assertEqual((out["only_a"], out["only_b"]), (["gone"], ["new"]))
+        need_matplotlib(self)
+        page = os.path.join(self.dir.name, "cmp.html")
+        run("bench-compare", a, b, "--html", page)
+        sizes = html_images(page)
+        self.assertEqual(len(sizes), 1)
+        self.assertIsNotNone(sizes[0])
+
+    def test_not_a_result_file(self):
+        bad = os.path.join(self.dir.name, "bad.json")
+        with open(bad, "w") as f:
+            f.write("{}")
+        a, _ = self.files([], [])
+        p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-compare"), a, bad], capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("not an ampgrad benchmark result file", p.stderr)
+
+
+class HistoryTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        # file names in the reverse of the commits' order, which is the one the tool must use
+        for name, commit, date, med in (("1-c.json", "c" * 40, "2026-03-01T00:00:00+00:00", 99.0),
+                                        ("2-b.json", "b" * 40, "2026-02-01T00:00:00+00:00", 110.0),
+                                        ("3-a.json", "a" * 40, "2026-01-01T00:00:00+00:00", 100.0)):
+            figs = [rate("step/mlp", syn.reps(med)), rate("fixed/add", syn.reps(med / 2), "lower", "ns")]
+            syn.write(os.path.join(self.dir.name, name), syn.result(figs, commit=commit, commit_date=date))
+        with open(os.path.join(self.dir.name, "notes.json"), "w") as f:
+            f.write('{"not": "a result"}')
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_ordered_by_commit_date(self):
+        out = json.loads(run("bench-history", self.dir.name, "--json", "-"))
+        rows = out["figures"]["step/mlp"]
+        self.assertEqual([r["commit"] for r in rows], ["a" * 10, "b" * 10, "c" * 10])
+        self.assertEqual([r["median"] for r in rows], [100.0, 110.0, 99.0])
+        self.assertIsNone(rows[0]["change"])
+        self.assertAlmostEqual(rows[1]["change"], 1.1, places=12)
+        self.assertAlmostEqual(rows[2]["change"], 0.9, places=12)
+        self.assertEqual([os.path.basename(p) for p, _ in out["skipped"]], ["notes.json"])
+        text = run("bench-history", self.dir.name, "--figure", "^step/")
+        self.assertIn("step/mlp", text)
+        self.assertNotIn("fixed/add", text)
+        self.assertLess(text.index("a" * 10), text.index("b" * 10))
+        self.assertLess(text.index("b" * 10), text.index("c" * 10))
+
+    def test_html_plot_per_figure(self):
+        need_matplotlib(self)
+        page = os.path.join(self.dir.name, "history.html")
+        run("bench-history", self.dir.name, "--html", page)
+        sizes = html_images(page)
+        self.assertEqual(len(sizes), 2)
+        self.assertTrue(all(s is not None and s[0] > 200 for s in sizes), sizes)
+
+
+if __name__ == "__main__":
+    bl.ensure_system_python("scipy")  # Debian's python, where scipy and matplotlib are
+    unittest.main()
