@@ -71,6 +71,8 @@ struct Options {
   // gpt
   std::string preset = "small";
   int64_t layers = 2, heads = 4, width = 128, block_size = 64, steps_per_epoch = 200, sample_len = 200;
+  double val_fraction = 0.1;  // gpt: the end of the text held out for the validation loss
+  int64_t val_batches = 8;
 };
 
 // One line per epoch, redrawn in place on a terminal, printed once at the end otherwise.
@@ -222,6 +224,11 @@ void add_options(CLI::App& app, Options& o) {
   add_number(app, "--block-size", o.block_size, "gpt: context length", Sign::Positive);
   add_number(app, "--steps-per-epoch", o.steps_per_epoch, "gpt: batches per epoch", Sign::Positive);
   add_number(app, "--sample-length", o.sample_len, "gpt: characters generated after training", Sign::NonNegative);
+  app.add_option("--val-fraction", o.val_fraction,
+                 "gpt: the fraction at the end of the text held out for the validation loss, from 0 (none) to 0.5")
+      ->check(CLI::Range(0.0, 0.5));
+  add_number(app, "--val-batches", o.val_batches, "gpt: batches of held-out text the validation loss averages",
+             Sign::Positive);
 }
 
 // The preset's sizes, where no option gave one.
@@ -597,7 +604,7 @@ class Training {
     Progress bar(t.epoch, o_.epochs, o_.steps_per_epoch, !o_.quiet, "tokens");
     for (int64_t i = 0; i < o_.steps_per_epoch; ++i) {
       // Every rank draws the job's batch (so the generators stay equal) and takes its part.
-      auto all = ag::randint(0, w_.text->size(), {o_.batch_size * world_}).to_vector<int64_t>();
+      auto all = ag::randint(0, train_positions(), {o_.batch_size * world_}).to_vector<int64_t>();
       const auto first = all.begin() + lite_.rank() * o_.batch_size;
       auto b = w_.text->get_batch(std::vector<int64_t>(first, first + o_.batch_size));
       ag::Tensor logits = model_(lite_.to_device(b.input));
@@ -703,6 +710,10 @@ class Training {
       best_ = std::max(best_, acc);
       rec["test_accuracy"] = acc;
       line << ", test accuracy " << std::setprecision(2) << 100 * acc << "%";
+    } else if (held_out() > 0) {
+      const double val = validation_loss();
+      rec["val_loss"] = val;
+      line << ", val loss " << val;
     }
     if (skipped) line << ", " << skipped << " of " << t.batches << " steps skipped for overflow";
     if (!o_.quiet) std::printf("%s\n", line.str().c_str());
@@ -713,6 +724,35 @@ class Training {
     if (!ckpts_) return;
     epochs_done_ = epoch;
     last_good_ = ckpts_->save(lite_, state_, epoch);
+  }
+
+  // gpt: the text's last val_fraction is held out. A training sample at position i reads
+  // tokens i to i + block, so training positions end a block before the held-out part.
+  int64_t held_out() const { return int64_t(o_.val_fraction * double(w_.text->size())); }
+  int64_t train_positions() const {
+    const int64_t split = w_.text->size() - held_out();
+    return std::max<int64_t>(1, held_out() > 0 ? split - o_.block_size : split);
+  }
+
+  // The mean loss over val_batches batches at fixed, evenly spaced held-out positions (the
+  // same every epoch and in every run), through the wrapped model: in the training
+  // precision, without touching the random generator.
+  double validation_loss() {
+    ag::NoGradGuard ng;
+    model_->eval();
+    const int64_t first = w_.text->size() - held_out(), count = o_.val_batches * o_.batch_size;
+    const int64_t V = w_.text->vocab_size();
+    double total = 0;
+    for (int64_t b = 0; b < o_.val_batches; ++b) {
+      std::vector<int64_t> idx(size_t(o_.batch_size));
+      for (int64_t j = 0; j < o_.batch_size; ++j)
+        idx[size_t(j)] = first + (b * o_.batch_size + j) * (held_out() - 1) / std::max<int64_t>(1, count - 1);
+      const auto batch = w_.text->get_batch(idx);
+      const ag::Tensor logits = model_(lite_.to_device(batch.input));
+      total += ag::cross_entropy(logits.view({-1, V}), lite_.to_device(batch.target).view({-1})).item<double>();
+    }
+    model_->train();
+    return total / double(o_.val_batches);
   }
 
   bool scaled() const { return lite_.precision() == ag::Precision::Mixed16; }

@@ -13,6 +13,9 @@
 #                 does to-input-dtype (the images are float32): the same run as to-default
 #   --preset      gpt: nanogpt's context of 256 instead of small's 64 (the other sizes given
 #                 here) adds 192 position embeddings of the width; --block-size overrides it
+#   --val-fraction  gpt: a held-out validation loss each epoch (the same positions in every
+#                 run: two runs of one seed agree); 0 holds nothing out and reports none
+#   --val-batches gpt: how many held-out batches it averages (another count, another loss)
 # and a bad value of each is refused before training, naming the option and the value.
 # Usage: flags.sh <ampgrad-train> <work dir>
 set -euo pipefail
@@ -45,12 +48,15 @@ gpt() {  # gpt <name> <options...>: one step of a one-layer GPT of width 24
   local name=$1
   shift
   "$exe" --model gpt --data "$dir/data/text.txt" --accelerator cpu --precision 32-true --epochs 1 --steps-per-epoch 1 --batch-size 2 \
-    --layers 1 --width 24 --sample-length 0 --threads 1 "$@" >"$dir/$name.log" 2>&1 ||
+    --layers 1 --width 24 --sample-length 0 --threads 1 --json "$dir/$name.json" "$@" >"$dir/$name.log" 2>&1 ||
     { tail -n 20 "$dir/$name.log"; fail "run $name ($*) failed"; }
 }
 gpt preset-small --preset small
 gpt preset-nanogpt --preset nanogpt
 gpt preset-nanogpt-64 --preset nanogpt --block-size 64
+gpt val-again --preset small
+gpt val-none --preset small --val-fraction 0
+gpt val-one --preset small --val-batches 1
 
 grep -q '^threads  : 1$' "$dir/seed1.log" || { head -n 3 "$dir/seed1.log"; fail "--threads 1 is not in the report"; }
 grep -q '^threads  : 2$' "$dir/threads2.log" || { head -n 3 "$dir/threads2.log"; fail "--threads 2 is not in the report"; }
@@ -97,6 +103,12 @@ small, nano, nano64 = params("preset-small"), params("preset-nanogpt"), params("
 check(None not in (small, nano, nano64) and nano - small == (256 - 64) * 24 and nano64 == small,
       f"gpt parameters: small {small}, nanogpt {nano}, nanogpt with --block-size 64 {nano64}; "
       f"expected nanogpt = small + 192 * 24 and the override equal to small")
+
+val = lambda n: [e.get("val_loss") for e in runs(n)]
+check(all(v is not None and 0 < v < 10 for v in val("preset-small")), f"gpt's validation loss: {val('preset-small')}")
+check(val("preset-small") == val("val-again"), f"one seed, two validation losses: {val('preset-small')} {val('val-again')}")
+check(val("val-none") == [None], f"--val-fraction 0 reported a validation loss: {val('val-none')}")
+check(val("val-one") != val("preset-small"), f"--val-batches 1 gave the same loss as 8: {val('val-one')}")
 sys.exit(0 if ok else 1)
 PY
 
@@ -115,4 +127,6 @@ bad --batch-size 0
 bad --threads -2
 bad --output-conversion float32
 bad --preset large
-echo "flags: --seed, --lr, --schedule, --batch-size, --threads, --output-conversion and --preset take effect; bad values are named"
+bad --val-fraction 0.9
+bad --val-batches 0
+echo "flags: --seed, --lr, --schedule, --batch-size, --threads, --output-conversion, --preset, --val-fraction and --val-batches take effect; bad values are named"
