@@ -109,7 +109,7 @@ std::vector<Case> cases(bool adam_cases) {
                 [p, lr](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
                   return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = lr, .momentum = p.momentum, .dampening = p.dampening,
                                                                             .weight_decay = p.weight_decay, .nesterov = p.nesterov,
-                                                                            .master_weights = m});
+                                                                            .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
                 },
                 by_dtype([p]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_sgd<A>(r, g, lr, p); }),
                 p.momentum != 0, false, lr};
@@ -120,7 +120,7 @@ std::vector<Case> cases(bool adam_cases) {
       sgd_case("SGD plain, weight decay", sgd_plain, 0.2),
       {"Adam",
        [adam](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 1e-2, .weight_decay = adam.weight_decay, .master_weights = m});
+         return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 1e-2, .weight_decay = adam.weight_decay, .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
        },
        by_dtype([adam]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_adam<A>(r, g, lr, adam); }),
        true, true, 1e-2},
@@ -128,7 +128,7 @@ std::vector<Case> cases(bool adam_cases) {
        [adamw](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
          return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 3e-3, .beta1 = adamw.beta1, .beta2 = adamw.beta2,
                                                                          .eps = adamw.eps, .weight_decay = adamw.weight_decay,
-                                                                         .master_weights = m});
+                                                                         .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
        },
        by_dtype([adamw]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_adam<A>(r, g, lr, adamw); }),
        true, true, 3e-3},
