@@ -149,8 +149,8 @@ const char* update_rounding_name(UpdateRounding r) {
 }
 
 UpdateRounding parse_update_rounding(std::string_view name) {
-  for (UpdateRounding r : {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated,
-                           UpdateRounding::Master})
+  for (UpdateRounding r :
+       {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated, UpdateRounding::Master})
     if (name == update_rounding_name(r)) return r;
   AG_ERROR("update_rounding", "unknown update rounding '", std::string(name),
            "' (expected nearest, stochastic, compensated or master)");

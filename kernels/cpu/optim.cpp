@@ -17,11 +17,11 @@
 #include <xmmintrin.h>
 #endif
 
+#include "ampgrad/stochastic_round.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
 #include "cpu/vec.h"
-#include "ampgrad/stochastic_round.h"
 
 namespace ampgrad::cpu {
 
@@ -224,15 +224,18 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
       if constexpr (std::is_same_v<T, float>) {
         if (c) {
           const bool bf = c->dtype() == kBFloat16;
-          if (buf) return bf ? run.template operator()<false, true, kPlain, false, BFloat16>()
-                             : run.template operator()<false, true, kPlain, false, Half>();
+          if (buf)
+            return bf ? run.template operator()<false, true, kPlain, false, BFloat16>()
+                      : run.template operator()<false, true, kPlain, false, Half>();
           return bf ? run.template operator()<false, false, kPlain, false, BFloat16>()
                     : run.template operator()<false, false, kPlain, false, Half>();
         }
       }
       const bool count = l.stalled.defined() && is_float16_v<T>;
       if (m) {
-        if (count) return buf ? run.template operator()<true, true, kPlain, true>() : run.template operator()<true, false, kPlain, true>();
+        if (count)
+          return buf ? run.template operator()<true, true, kPlain, true>()
+                     : run.template operator()<true, false, kPlain, true>();
         return buf ? run.template operator()<true, true>() : run.template operator()<true, false>();
       }
       with_store<T>(l.rounding, count, [&]<int kStore, bool kCount>() {
@@ -262,8 +265,8 @@ struct AdamPiece {
   A b1, b2, eps, omb1, omb2, step_size, decay, decay_m1, l2;
   StoreArgs<T> store;
   UpdateRounding rounding = UpdateRounding::Nearest;
-  bool count = false;           // 16-bit parameters whose stalled elements are counted
-  int64_t* stalled = nullptr;   // the piece's count
+  bool count = false;          // 16-bit parameters whose stalled elements are counted
+  int64_t* stalled = nullptr;  // the piece's count
 };
 
 // The update, one loop per master/no-master case, without branches or assumed aliasing,
@@ -308,7 +311,9 @@ template <class T, bool kMaster, int kStore = kPlain, bool kCount = false, class
 template <class T>
 [[gnu::always_inline]] inline void adam_loop(const AdamPiece<T>& a) {
   if constexpr (std::is_same_v<T, float>) {
-    if (a.c) return a.c_bf16 ? adam_loop_of<T, false, kPlain, false, BFloat16>(a) : adam_loop_of<T, false, kPlain, false, Half>(a);
+    if (a.c)
+      return a.c_bf16 ? adam_loop_of<T, false, kPlain, false, BFloat16>(a)
+                      : adam_loop_of<T, false, kPlain, false, Half>(a);
   }
   if (a.mw) return a.count ? adam_loop_of<T, true, kPlain, true>(a) : adam_loop_of<T, true>(a);
   with_store<T>(a.rounding, a.count, [&]<int kStore, bool kCount>() { adam_loop_of<T, false, kStore, kCount>(a); });

@@ -154,8 +154,8 @@ RoundArgs round_args(const OptimizerLists& l) {
 // returns the stored value in A. Element i of tensor id at its step `step` draws its bits
 // as on the CPU (kernels/cpu/optim.cpp's store_value).
 template <class D, class A>
-__device__ __forceinline__ A store_value(D* p, D* comp, int64_t i, A w0, A w, A delta, const RoundArgs& r,
-                                         int64_t id, int64_t step) {
+__device__ __forceinline__ A store_value(D* p, D* comp, int64_t i, A w0, A w, A delta, const RoundArgs& r, int64_t id,
+                                         int64_t step) {
   D v;
   if constexpr (is_dev_half_v<D>) {
     if (r.store == kStochastic) {
@@ -381,8 +381,13 @@ void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   check_lists(l, kOp, false);
   if (l.params.empty()) return;
   DeviceGuard guard(l.params[0].device().index, kOp);
-  const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
-                  s.momentum, 1 - s.dampening, s.weight_decay, s.nesterov, round_args(l)};
+  const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"),
+                  flag_ptr(l.found_inf, kOp),
+                  s.momentum,
+                  1 - s.dampening,
+                  s.weight_decay,
+                  s.nesterov,
+                  round_args(l)};
   fused_step<5>(
       l, kOp, a.found_inf,
       [&](size_t k, int d) -> void* {
@@ -404,8 +409,14 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
   check_lists(l, op, true);
   if (l.params.empty()) return;
   DeviceGuard guard(l.params[0].device().index, op);
-  const AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"), flag_ptr(l.found_inf, op),
-                   s.beta1, s.beta2, s.eps, s.weight_decay, s.decoupled, round_args(l)};
+  const AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"),
+                   flag_ptr(l.found_inf, op),
+                   s.beta1,
+                   s.beta2,
+                   s.eps,
+                   s.weight_decay,
+                   s.decoupled,
+                   round_args(l)};
   fused_step<6>(
       l, op, a.found_inf,
       [&](size_t k, int d) -> void* {

@@ -188,7 +188,8 @@ StateDict Optimizer::state_dict() const {
   StateDict d;
   d["steps"] = step_count();
   // The seed's 64 bits as two 32-bit words (high, low) in int64: exact in every reader.
-  d["rounding_seed"] = from_vector<int64_t>({int64_t(rounding_seed_ >> 32), int64_t(rounding_seed_ & 0xFFFFFFFFu)}, {2});
+  d["rounding_seed"] =
+      from_vector<int64_t>({int64_t(rounding_seed_ >> 32), int64_t(rounding_seed_ & 0xFFFFFFFFu)}, {2});
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
     d[gp + "lr"] = groups_[g].lr_tensor.defined() ? groups_[g].lr_tensor.reshape({}) : scalar_tensor(groups_[g].lr, kFloat64);
@@ -366,7 +367,8 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       if (!any_comp) l.comps.clear();
       // The count of a list on another device than the group's first parameter goes
       // through a counter there (a copy between devices, never a host sync).
-      if (stalled.defined()) l.stalled = stalled.device() == dev ? stalled : zeros({}, TensorOptions(kInt64).device(dev));
+      if (stalled.defined())
+        l.stalled = stalled.device() == dev ? stalled : zeros({}, TensorOptions(kInt64).device(dev));
       AG_CHECK(!l.lr.tensor.defined() || l.lr.tensor.device() == dev, name(), "the learning rate of group ", g,
                " is on ", l.lr.tensor.defined() ? l.lr.tensor.device() : dev, " but its parameters on ", dev);
       // (a copy between devices when the flag lives elsewhere: never a host sync)
@@ -375,7 +377,8 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       for (const Tensor& c : l.casts) any_cast = any_cast || c.defined();
       if (!any_cast) l.casts.clear();
       step_lists(g, l);
-      if (l.stalled.defined() && l.stalled.device() != stalled.device()) Tensor(stalled).add_(l.stalled.to(stalled.device()));
+      if (l.stalled.defined() && l.stalled.device() != stalled.device())
+        Tensor(stalled).add_(l.stalled.to(stalled.device()));
       // The parameters were written in place (a skipped step included: the host does not
       // know), so whatever was derived from their old values is stale; the casts written
       // along with them are the current ones.
@@ -453,7 +456,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Adam(true) {
   std::vector<Adam::ParamGroup> converted;
   for (auto& g : groups) {
     const auto& o = g.options;
-    converted.push_back({std::move(g.params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.update_rounding}});
+    converted.push_back(
+        {std::move(g.params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.update_rounding}});
   }
   add_groups(std::move(converted));
 }

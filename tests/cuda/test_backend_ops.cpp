@@ -441,10 +441,22 @@ std::vector<Case> all_cases() {
                    auto opt = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
                      if (which == 0)
                        return std::make_unique<optim::SGD>(
-                           ps, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+                           ps, optim::SGDOptions{.lr = 0.1,
+                                                 .momentum = 0.9,
+                                                 .weight_decay = 0.01,
+                                                 .nesterov = true,
+                                                 .update_rounding = master ? optim::UpdateRounding::Master
+                                                                           : optim::UpdateRounding::Nearest});
                      if (which == 1)
-                       return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
-                     return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 0.01, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+                       return std::make_unique<optim::Adam>(
+                           ps, optim::AdamOptions{.lr = 0.01,
+                                                  .weight_decay = 0.01,
+                                                  .update_rounding = master ? optim::UpdateRounding::Master
+                                                                            : optim::UpdateRounding::Nearest});
+                     return std::make_unique<optim::AdamW>(
+                         ps, optim::AdamWOptions{.lr = 0.01,
+                                                 .update_rounding = master ? optim::UpdateRounding::Master
+                                                                           : optim::UpdateRounding::Nearest});
                    };
                    auto oc = opt(pc), og = opt(pg);
                    for (int step = 0; step < 5; ++step) {
@@ -541,7 +553,8 @@ std::vector<Case> all_cases() {
                      oc.step();
                      og.step();
                    } else {
-                     optim::AdamW oc(pc, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master}), og(pg, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master});
+                     optim::AdamW oc(pc, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master}),
+                         og(pg, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master});
                      GradScaler sc({.init_scale = 1024}), sg({.init_scale = 1024});
                      EXPECT_TRUE(bool(sc.step(oc)));
                      EXPECT_TRUE(bool(sg.step(og)));
@@ -578,8 +591,10 @@ std::vector<Case> all_cases() {
                      }
                      auto opt = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
                        if (which == 0)
-                         return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .update_rounding = mode});
-                       return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 1e-4, .update_rounding = mode});
+                         return std::make_unique<optim::SGD>(
+                             ps, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .update_rounding = mode});
+                       return std::make_unique<optim::AdamW>(ps,
+                                                             optim::AdamWOptions{.lr = 1e-4, .update_rounding = mode});
                      };
                      auto oc = opt(pc), og = opt(pg);
                      og->set_rounding_seed(oc->rounding_seed());
@@ -595,10 +610,14 @@ std::vector<Case> all_cases() {
                        og->step();
                        for (size_t k = 0; k < pc.size(); ++k) {
                          const Tensor got = pg[k].detach().to(kCPU);
-                         if (exact) EXPECT_TRUE(agt::same_bits(got, pc[k].detach())) << "parameter " << k << ", step " << step;
-                         else EXPECT_TRUE(agt::allclose(got, pc[k].detach(), 1.0 / 128, 0)) << "parameter " << k << ", step " << step;
+                         if (exact)
+                           EXPECT_TRUE(agt::same_bits(got, pc[k].detach())) << "parameter " << k << ", step " << step;
+                         else
+                           EXPECT_TRUE(agt::allclose(got, pc[k].detach(), 1.0 / 128, 0))
+                               << "parameter " << k << ", step " << step;
                        }
-                       const int64_t sc = oc->stalled_count().item<int64_t>(), sg = og->stalled_count().to(kCPU).item<int64_t>();
+                       const int64_t sc = oc->stalled_count().item<int64_t>(),
+                                     sg = og->stalled_count().to(kCPU).item<int64_t>();
                        EXPECT_GT(sc, 0) << "step " << step;  // updates of 1e-4 to values near 1 are lost
                        if (exact) EXPECT_EQ(sg, sc) << "step " << step;
                      }

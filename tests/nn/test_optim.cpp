@@ -292,11 +292,12 @@ TEST(OptimState, MasterWeightsAccumulateTinyUpdates) {
     Tensor without = ones({4}, kBFloat16).requires_grad_();
     std::unique_ptr<optim::Optimizer> a, b;
     if (sgd) {
-      a = std::make_unique<optim::SGD>(std::vector<Tensor>{with}, optim::SGDOptions{.lr = 1e-4, .update_rounding = optim::UpdateRounding::Master});
+      a = std::make_unique<optim::SGD>(std::vector<Tensor>{with},
+                                       optim::SGDOptions{.lr = 1e-4, .update_rounding = optim::UpdateRounding::Master});
       b = std::make_unique<optim::SGD>(std::vector<Tensor>{without}, optim::SGDOptions{.lr = 1e-4});
     } else {
-      a = std::make_unique<optim::Adam>(std::vector<Tensor>{with},
-                                        optim::AdamOptions{.lr = 1e-4, .update_rounding = optim::UpdateRounding::Master});
+      a = std::make_unique<optim::Adam>(
+          std::vector<Tensor>{with}, optim::AdamOptions{.lr = 1e-4, .update_rounding = optim::UpdateRounding::Master});
       b = std::make_unique<optim::Adam>(std::vector<Tensor>{without}, optim::AdamOptions{.lr = 1e-4});
     }
     for (int i = 0; i < steps; ++i) {
@@ -319,7 +320,9 @@ TEST(OptimState, MasterWeightsAccumulateTinyUpdates) {
 TEST(OptimState, StateDictRoundTripContinuesIdentically) {
   auto check = [](DType dt, bool master, double lr) {
     Tensor pa = make_param(dt), pb = make_param(dt);
-    optim::AdamW a({pa}, {.lr = lr, .weight_decay = 0.05, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+    optim::AdamW a({pa}, {.lr = lr,
+                          .weight_decay = 0.05,
+                          .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
     std::vector<Vec> grads;
     for (int t = 0; t < 6; ++t) grads.push_back(kGrads[size_t(t) % 3]);
     for (int t = 0; t < 6; ++t) {
@@ -328,7 +331,10 @@ TEST(OptimState, StateDictRoundTripContinuesIdentically) {
     }
     optim::StateDict saved;
     {
-      optim::AdamW b1({pb}, {.lr = lr, .weight_decay = 0.05, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+      optim::AdamW b1({pb},
+                      {.lr = lr,
+                       .weight_decay = 0.05,
+                       .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
       for (int t = 0; t < 3; ++t) {
         set_grad(pb, grads[size_t(t)]);
         b1.step();
@@ -336,7 +342,9 @@ TEST(OptimState, StateDictRoundTripContinuesIdentically) {
       saved = b1.state_dict();
     }
     // the learning rate comes from the state dict; the other options from the constructor
-    optim::AdamW b2({pb}, {.lr = 0.5, .weight_decay = 0.05, .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+    optim::AdamW b2({pb}, {.lr = 0.5,
+                           .weight_decay = 0.05,
+                           .update_rounding = master ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
     b2.load_state_dict(saved);
     EXPECT_EQ(b2.steps(), 3);
     EXPECT_DOUBLE_EQ(b2.lr(), lr);

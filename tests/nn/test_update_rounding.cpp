@@ -50,13 +50,15 @@ std::pair<double, double> neighbours(double x, DType dt) {
   return {tz, az};
 }
 
-Tensor param_of(const std::vector<double>& v, DType dt) { return from_vector<double>(v, {int64_t(v.size())}).to(dt).requires_grad_(); }
+Tensor param_of(const std::vector<double>& v, DType dt) {
+  return from_vector<double>(v, {int64_t(v.size())}).to(dt).requires_grad_();
+}
 
 }  // namespace
 
 TEST(UpdateRounding, NamesParseAndPrint) {
-  for (UpdateRounding r : {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated,
-                           UpdateRounding::Master})
+  for (UpdateRounding r :
+       {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated, UpdateRounding::Master})
     EXPECT_EQ(optim::parse_update_rounding(optim::update_rounding_name(r)), r);
   EXPECT_STREQ(optim::update_rounding_name(UpdateRounding::Stochastic), "stochastic");
   EXPECT_AG_ERROR(optim::parse_update_rounding("Stochastic"), "unknown update rounding 'Stochastic'");
@@ -69,8 +71,8 @@ TEST(UpdateRounding, NamesParseAndPrint) {
 TEST(UpdateRounding, StochasticHelpersMatchTheReference) {
   const Tensor mags = agt::rand64({4000}, 0, 1, false);
   const std::vector<double> m = mags.to_vector<double>();
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, 65504.0f, 65519.0f, 65520.0f, 70000.0f, 3.3895e38f, 3.39e38f,
-                               INFINITY, -INFINITY, NAN, 6.0e-8f, 5.96e-8f, 1e-40f, -1e-41f, 6.1e-5f};
+  std::vector<float> values = {0.0f,     -0.0f,     1.0f, 65504.0f, 65519.0f, 65520.0f, 70000.0f, 3.3895e38f, 3.39e38f,
+                               INFINITY, -INFINITY, NAN,  6.0e-8f,  5.96e-8f, 1e-40f,   -1e-41f,  6.1e-5f};
   for (size_t i = 0; i < m.size(); ++i) {
     // exponents from 2^-140 to 2^17, either sign
     const int e = -140 + int(i % 158);
@@ -83,11 +85,13 @@ TEST(UpdateRounding, StochasticHelpersMatchTheReference) {
       for (uint32_t k = 0; k < 8; ++k) {
         const uint32_t r = kernels::Philox4x32(7, i * 8 + k).out[0];
         const float w = values[i];
-        const uint16_t bits = dt == kBFloat16 ? kernels::stochastic_bf16_bits(w, r) : kernels::stochastic_half_bits(w, r);
+        const uint16_t bits =
+            dt == kBFloat16 ? kernels::stochastic_bf16_bits(w, r) : kernels::stochastic_half_bits(w, r);
         const double got = value_of_bits(bits, dt);
         const double want = ref::round_stochastic(double(w), format_of(dt), double(kernels::uniform01(r)));
         const bool same = std::isnan(want) ? std::isnan(got) : got == want && std::signbit(got) == std::signbit(want);
-        if (!same && ++mismatches < 5) ADD_FAILURE() << "w = " << w << " r = " << r << ": got " << got << ", want " << want;
+        if (!same && ++mismatches < 5)
+          ADD_FAILURE() << "w = " << w << " r = " << r << ": got " << got << ", want " << want;
       }
     EXPECT_EQ(mismatches, 0);
   }
@@ -140,13 +144,15 @@ TEST(UpdateRounding, FusedStochasticSgdMatchesTheReference) {
       for (int64_t id = 0; id < 2; ++id) {
         const Tensor g = agt::rand64({ps[id].numel()}, -1, 1, false).to(dt);
         ps[id].set_grad(g);
-        const std::vector<float> w = ps[id].detach().to(kFloat32).to_vector<float>(), gv = g.to(kFloat32).to_vector<float>();
+        const std::vector<float> w = ps[id].detach().to(kFloat32).to_vector<float>(),
+                                 gv = g.to(kFloat32).to_vector<float>();
         for (size_t i = 0; i < w.size(); ++i)
           want[id].push_back(ref_stochastic(sgd_value(w[i], gv[i], lr), dt, opt.rounding_seed(), int64_t(i), id, step));
       }
       opt.step();
       for (int64_t id = 0; id < 2; ++id)
-        EXPECT_EQ(ps[id].detach().to(kFloat64).to_vector<double>(), want[id]) << "parameter " << id << ", step " << step;
+        EXPECT_EQ(ps[id].detach().to(kFloat64).to_vector<double>(), want[id])
+            << "parameter " << id << ", step " << step;
     }
   }
 }
@@ -244,7 +250,8 @@ TEST(UpdateRounding, CompensatedTracksTheFloat64SumWhereNearestFreezes) {
   auto run = [&](UpdateRounding r, bool adam) {
     Tensor w = ones({3}, kBFloat16).requires_grad_();
     std::unique_ptr<optim::Optimizer> opt;
-    if (adam) opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = kLr, .update_rounding = r});
+    if (adam)
+      opt = std::make_unique<optim::Adam>(std::vector<Tensor>{w}, optim::AdamOptions{.lr = kLr, .update_rounding = r});
     else opt = std::make_unique<optim::SGD>(std::vector<Tensor>{w}, optim::SGDOptions{.lr = kLr, .update_rounding = r});
     for (int i = 0; i < kSteps; ++i) {
       w.set_grad(ones({3}, kBFloat16));
@@ -406,8 +413,11 @@ TEST(UpdateRounding, ResumedRunContinuesBitForBit) {
     for (int which = 0; which < 2; ++which) {
       SCOPED_TRACE(std::string(optim::update_rounding_name(mode)) + (which ? " AdamW" : " SGD"));
       auto make = [&](Tensor p) -> std::unique_ptr<optim::Optimizer> {
-        if (which == 0) return std::make_unique<optim::SGD>(std::vector<Tensor>{p}, optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .update_rounding = mode});
-        return std::make_unique<optim::AdamW>(std::vector<Tensor>{p}, optim::AdamWOptions{.lr = 1e-3, .update_rounding = mode});
+        if (which == 0)
+          return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                              optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .update_rounding = mode});
+        return std::make_unique<optim::AdamW>(std::vector<Tensor>{p},
+                                              optim::AdamWOptions{.lr = 1e-3, .update_rounding = mode});
       };
       auto run = [&](optim::Optimizer& opt, Tensor p, int from, int to) {
         for (int i = from; i < to; ++i) {
@@ -463,7 +473,8 @@ TEST(UpdateRounding, LoadStateDictChecksTheCompensation) {
 // set_master_weights and update_rounding are one setting.
 TEST(UpdateRounding, MasterWeightsIsTheMasterMode) {
   Tensor a = ones({4}, kBFloat16).requires_grad_(), b = ones({4}, kBFloat16).requires_grad_();
-  optim::AdamW opt(std::vector<optim::AdamW::ParamGroup>{{{a}, {}}, {{b}, {.update_rounding = UpdateRounding::Stochastic}}});
+  optim::AdamW opt(
+      std::vector<optim::AdamW::ParamGroup>{{{a}, {}}, {{b}, {.update_rounding = UpdateRounding::Stochastic}}});
   opt.set_master_weights(true);
   EXPECT_EQ(opt.update_rounding(0), UpdateRounding::Master);
   EXPECT_EQ(opt.update_rounding(1), UpdateRounding::Master);

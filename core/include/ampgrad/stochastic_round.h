@@ -26,8 +26,8 @@ namespace ampgrad::kernels {
 /// parameter's step `step` (its count of updates before this one): word 0 of Philox4x32-10
 /// at counter (i low, i high, id, step low) under `seed`.
 AG_HOST_DEVICE inline uint32_t rounding_draw(uint64_t seed, int64_t i, int64_t id, int64_t step) {
-  return Philox4x32(uint32_t(uint64_t(i)), uint32_t(uint64_t(i) >> 32), uint32_t(uint64_t(id)), uint32_t(uint64_t(step)),
-                    uint32_t(seed), uint32_t(seed >> 32))
+  return Philox4x32(uint32_t(uint64_t(i)), uint32_t(uint64_t(i) >> 32), uint32_t(uint64_t(id)),
+                    uint32_t(uint64_t(step)), uint32_t(seed), uint32_t(seed >> 32))
       .out[0];
 }
 

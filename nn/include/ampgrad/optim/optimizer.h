@@ -127,7 +127,7 @@ class Optimizer {
     double lr;
     Tensor lr_tensor;  // when defined, the rate steps read (on the device)
     UpdateRounding rounding = UpdateRounding::Nearest;
-    Tensor stalled;    // int64, one element: the last step's stalled count (when counting)
+    Tensor stalled;  // int64, one element: the last step's stalled count (when counting)
   };
   struct ParamState {
     Tensor buf1, buf2;  // momentum, or (exp_avg, exp_avg_sq); float32
