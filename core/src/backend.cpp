@@ -116,6 +116,44 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
   if (found_inf.defined())
     AG_CHECK(found_inf.dtype() == kFloat32 && found_inf.numel() == 1, op,
              "found_inf must be a float32 tensor of one element");
+  if (rounding == UpdateRounding::Stochastic)
+    AG_CHECK(ids.size() == n, op, "stochastic rounding needs one id per parameter, got ", ids.size(), " for ", n);
+  AG_CHECK(comps.empty() || comps.size() == n, op, "the compensation list has ", comps.size(), " entries for ", n,
+           " parameters");
+  if (rounding == UpdateRounding::Compensated)
+    for (size_t i = 0; i < n; ++i) {
+      if (!is_reduced_floating(params[i].dtype()) || masters[i].defined()) continue;
+      AG_CHECK(i < comps.size() && comps[i].defined(), op, "parameter ", i, " (", dtype_name(params[i].dtype()),
+               ") has no compensation buffer for compensated rounding");
+      const Tensor& c = comps[i];
+      AG_CHECK(c.dtype() == params[i].dtype() && c.is_contiguous() && c.sizes() == params[i].sizes() &&
+                   c.device() == params[i].device(),
+               op, "the compensation of parameter ", i, " must be a contiguous ", dtype_name(params[i].dtype()),
+               " tensor of shape ", params[i].sizes(), " on ", params[i].device(), ", got ", dtype_name(c.dtype()), " ",
+               c.sizes(), " on ", c.device());
+    }
+  if (stalled.defined())
+    AG_CHECK(stalled.dtype() == kInt64 && stalled.numel() == 1 && stalled.is_contiguous() &&
+                 (n == 0 || stalled.device() == params[0].device()),
+             op, "the stalled count must be an int64 tensor of one element on the parameters' device");
+}
+
+const char* update_rounding_name(UpdateRounding r) {
+  switch (r) {
+    case UpdateRounding::Nearest: return "nearest";
+    case UpdateRounding::Stochastic: return "stochastic";
+    case UpdateRounding::Compensated: return "compensated";
+    case UpdateRounding::Master: return "master";
+  }
+  return "?";
+}
+
+UpdateRounding parse_update_rounding(std::string_view name) {
+  for (UpdateRounding r :
+       {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated, UpdateRounding::Master})
+    if (name == update_rounding_name(r)) return r;
+  AG_ERROR("update_rounding", "unknown update rounding '", std::string(name),
+           "' (expected nearest, stochastic, compensated or master)");
 }
 
 // ---- composed forms of the fused entries ------------------------------------------------

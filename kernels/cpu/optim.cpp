@@ -3,10 +3,13 @@
 // (found_inf nonzero) writes nothing, step counters included.
 // The update is computed in float32 (float64 for float64 parameters) following PyTorch's
 // documented rules; a float32 master copy, when given, is updated and the parameter
-// receives its rounding.
+// receives its rounding. A float16/bfloat16 parameter without one stores the value as
+// OptimizerLists::rounding says (to nearest, stochastically, or with Kahan's compensation),
+// and the stalled count, when asked for, is summed per piece and added once per piece.
 //
 // Reference: kernels/reference/include/ampgrad/reference/optim.h (float64, the specification).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "ampgrad/stochastic_round.h"
 #include "cpu/avx512.h"
 #include "cpu/cpu_backend.h"
 #include "cpu/parallel.h"
@@ -90,12 +94,89 @@ const Tensor* cast_of(const OptimizerLists& l, size_t k) {
   return k < l.casts.size() && l.casts[k].defined() ? &l.casts[k] : nullptr;
 }
 
+// How a piece stores the new value of a 16-bit parameter without a master
+// (OptimizerLists::rounding): kPlain rounds to nearest (and is the only way for the rest).
+enum Store { kPlain, kStochastic, kCompensated };
+
+// What the stochastic and compensated stores read besides the parameter.
+template <class T>
+struct StoreArgs {
+  T* comp = nullptr;  // Kahan's compensation (kCompensated)
+  uint64_t seed = 0;  // the draws' key, the parameter's id and its step (kStochastic)
+  int64_t id = 0, step = 0;
+};
+
+// Stores w (the new value in A, w0 + delta as the rule computed it) into p[i] and returns
+// the stored value in A, for the stalled count.
+template <class T, int kStore, class A>
+[[gnu::always_inline]] inline A store_value(T* p, int64_t i, A w0, A w, A delta, const StoreArgs<T>& s) {
+  T v;
+  if constexpr (kStore == kStochastic) {
+    const uint32_t r = kernels::rounding_draw(s.seed, i, s.id, s.step);
+    if constexpr (std::is_same_v<T, BFloat16>) v = T::from_bits(kernels::stochastic_bf16_bits(float(w), r));
+    else v = T::from_bits(kernels::stochastic_half_bits(float(w), r));
+  } else if constexpr (kStore == kCompensated) {
+    // Kahan: the part of y that the rounding drops is carried to the next step.
+    const A y = delta + cast<A>(s.comp[i]);
+    v = cast<T>(w0 + y);
+    s.comp[i] = cast<T>(y - (cast<A>(v) - w0));
+  } else {
+    v = cast<T>(w);
+  }
+  p[i] = v;
+  return cast<A>(v);
+}
+
+// Calls f.template operator()<kStore, kCount>() for a piece of a T parameter: the rounding
+// mode and the stalled count apply to 16-bit parameters without a master only (a master's
+// count is kept by the caller's kMaster path, which passes kPlain).
+template <class T, class F>
+void with_store(UpdateRounding rounding, bool count, const F& f) {
+  if constexpr (is_float16_v<T>) {
+    const int store = rounding == UpdateRounding::Stochastic    ? kStochastic
+                      : rounding == UpdateRounding::Compensated ? kCompensated
+                                                                : kPlain;
+    if (count) {
+      if (store == kStochastic) return f.template operator()<kStochastic, true>();
+      if (store == kCompensated) return f.template operator()<kCompensated, true>();
+      return f.template operator()<kPlain, true>();
+    }
+    if (store == kStochastic) return f.template operator()<kStochastic, false>();
+    if (store == kCompensated) return f.template operator()<kCompensated, false>();
+  }
+  f.template operator()<kPlain, false>();
+}
+
+// The piece's StoreArgs for parameter k.
+template <class T>
+StoreArgs<T> store_args(const OptimizerLists& l, size_t k) {
+  StoreArgs<T> s;
+  if (k < l.comps.size() && l.comps[k].defined()) s.comp = l.comps[k].data_ptr<T>();
+  s.seed = l.seed;
+  s.id = k < l.ids.size() ? l.ids[k] : 0;
+  s.step = *l.steps[k].data_ptr<int64_t>();
+  return s;
+}
+
+// The stalled count of one step: pieces add their sums (integers: the order does not matter).
+struct StalledCount {
+  std::atomic<int64_t> n{0};
+  void add(int64_t v) {
+    if (v) n.fetch_add(v, std::memory_order_relaxed);
+  }
+  // Adds the total to lists.stalled (on the CPU: this is the device).
+  void finish(const OptimizerLists& l) const {
+    if (l.stalled.defined()) *l.stalled.data_ptr<int64_t>() += n.load();
+  }
+};
+
 }  // namespace
 
 void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   double lr_value;
   if (!begin_step(*this, l, "SGD", false, lr_value)) return;
   const bool nesterov = s.nesterov;
+  StalledCount stalled;
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
     const bool first = *l.steps[k].data_ptr<int64_t>() == 0;
@@ -106,41 +187,64 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
       float* buf = l.buf1.empty() || !l.buf1[k].defined() ? nullptr : l.buf1[k].data_ptr<float>();
       float* m = l.masters[k].defined() ? l.masters[k].data_ptr<float>() : nullptr;
       const Tensor* c = cast_of(l, k);
+      const StoreArgs<T> sa = store_args<T>(l, k);
       const A lr = A(lr_value), mom = A(s.momentum), damp = A(1 - s.dampening), wd = A(s.weight_decay);
-      // Branch-free loops per (master, momentum, cast) case so that they vectorize, as Adam's.
-      auto run = [&]<bool kMaster, bool kMomentum, class C = void>() {
+      // Branch-free loops per (master, momentum, store, count, cast) case so that they
+      // vectorize, as Adam's.
+      auto run = [&]<bool kMaster, bool kMomentum, int kStore = kPlain, bool kCount = false, class C = void>() {
         C* cp = nullptr;
         if constexpr (!std::is_void_v<C>) cp = static_cast<C*>(c->raw_data());
-#pragma omp simd
+        int64_t n_stalled = 0;
+#pragma omp simd reduction(+ : n_stalled)
         for (int64_t i = b; i < e; ++i) {
-          A w;
-          if constexpr (kMaster) w = A(m[i]);
-          else w = cast<A>(p[i]);
-          A d = cast<A>(g[i]) + wd * w;
+          A w0;
+          if constexpr (kMaster) w0 = A(m[i]);
+          else w0 = cast<A>(p[i]);
+          A d = cast<A>(g[i]) + wd * w0;
           if constexpr (kMomentum) {
             const A v = first ? d : mom * A(buf[i]) + damp * d;  // loop-invariant choices
             buf[i] = float(v);
             d = nesterov ? d + mom * v : v;
           }
-          w -= lr * d;
-          if constexpr (kMaster) m[i] = float(w);
-          p[i] = cast<T>(w);
+          const A step = lr * d;
+          const A w = w0 - step;
+          A stored;
+          if constexpr (kMaster) {
+            m[i] = float(w);
+            p[i] = cast<T>(w);
+            stored = A(m[i]);
+          } else {
+            stored = store_value<T, kStore>(p, i, w0, w, -step, sa);
+          }
           if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
+          if constexpr (kCount) n_stalled += step != A(0) && stored == w0 ? 1 : 0;
         }
+        stalled.add(n_stalled);
       };
       if constexpr (std::is_same_v<T, float>) {
         if (c) {
           const bool bf = c->dtype() == kBFloat16;
-          if (buf) return bf ? run.template operator()<false, true, BFloat16>() : run.template operator()<false, true, Half>();
-          return bf ? run.template operator()<false, false, BFloat16>() : run.template operator()<false, false, Half>();
+          if (buf)
+            return bf ? run.template operator()<false, true, kPlain, false, BFloat16>()
+                      : run.template operator()<false, true, kPlain, false, Half>();
+          return bf ? run.template operator()<false, false, kPlain, false, BFloat16>()
+                    : run.template operator()<false, false, kPlain, false, Half>();
         }
       }
-      if (m && buf) run.template operator()<true, true>();
-      else if (m) run.template operator()<true, false>();
-      else if (buf) run.template operator()<false, true>();
-      else run.template operator()<false, false>();
+      const bool count = l.stalled.defined() && is_float16_v<T>;
+      if (m) {
+        if (count)
+          return buf ? run.template operator()<true, true, kPlain, true>()
+                     : run.template operator()<true, false, kPlain, true>();
+        return buf ? run.template operator()<true, true>() : run.template operator()<true, false>();
+      }
+      with_store<T>(l.rounding, count, [&]<int kStore, bool kCount>() {
+        if (buf) run.template operator()<false, true, kStore, kCount>();
+        else run.template operator()<false, false, kStore, kCount>();
+      });
     });
   });
+  stalled.finish(l);
   for (const Tensor& st : l.steps) ++*st.data_ptr<int64_t>();
 }
 
@@ -156,45 +260,63 @@ struct AdamPiece {
   bool c_bf16 = false;
   int64_t b, e;
   // eps and step_size with the bias corrections folded in (backend.h): eps * sqrt(1 - beta2^t),
-  // lr * sqrt(1 - beta2^t) / (1 - beta1^t)
-  A b1, b2, eps, omb1, omb2, step_size, decay, l2;
+  // lr * sqrt(1 - beta2^t) / (1 - beta1^t); decay_m1 = -lr * wd (decoupled), the decay's
+  // share of the update
+  A b1, b2, eps, omb1, omb2, step_size, decay, decay_m1, l2;
+  StoreArgs<T> store;
+  UpdateRounding rounding = UpdateRounding::Nearest;
+  bool count = false;          // 16-bit parameters whose stalled elements are counted
+  int64_t* stalled = nullptr;  // the piece's count
 };
 
 // The update, one loop per master/no-master case, without branches or assumed aliasing,
 // so that it vectorizes (it did not with the branch inside: a third of a small model's
 // step). Inlined into each ISA's variant below.
-template <class T, bool kMaster, class C = void>
+template <class T, bool kMaster, int kStore = kPlain, bool kCount = false, class C = void>
 [[gnu::always_inline]] inline void adam_loop_of(const AdamPiece<T>& a) {
   using A = acc_type_t<T>;
   T* p = a.p;
   const T* g = a.g;
   float *m1 = a.m1, *m2 = a.m2, *mw = a.mw;
   C* cp = static_cast<C*>(a.c);
-#pragma omp simd
+  int64_t n_stalled = 0;
+#pragma omp simd reduction(+ : n_stalled)
   for (int64_t i = a.b; i < a.e; ++i) {
-    A w;
-    if constexpr (kMaster) w = A(mw[i]);
-    else w = cast<A>(p[i]);
-    const A gi = cast<A>(g[i]) + a.l2 * w;
-    w *= a.decay;
+    A w0;
+    if constexpr (kMaster) w0 = A(mw[i]);
+    else w0 = cast<A>(p[i]);
+    const A gi = cast<A>(g[i]) + a.l2 * w0;
     const A m = a.b1 * A(m1[i]) + a.omb1 * gi;
     const A v = a.b2 * A(m2[i]) + a.omb2 * gi * gi;
     m1[i] = float(m);
     m2[i] = float(v);
-    w -= a.step_size * m / (std::sqrt(v) + a.eps);
-    if constexpr (kMaster) mw[i] = float(w);
-    p[i] = cast<T>(w);
+    const A step = a.step_size * m / (std::sqrt(v) + a.eps);
+    const A w = w0 * a.decay - step;
+    A stored;
+    if constexpr (kMaster) {
+      mw[i] = float(w);
+      p[i] = cast<T>(w);
+      stored = A(mw[i]);
+    } else if constexpr (kStore == kCompensated) {
+      stored = store_value<T, kStore>(p, i, w0, w, w0 * a.decay_m1 - step, a.store);
+    } else {
+      stored = store_value<T, kStore>(p, i, w0, w, A(0), a.store);
+    }
     if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
+    if constexpr (kCount) n_stalled += (step != A(0) || (a.decay_m1 != A(0) && w0 != A(0))) && stored == w0 ? 1 : 0;
   }
+  if constexpr (kCount) *a.stalled += n_stalled;
 }
 
 template <class T>
 [[gnu::always_inline]] inline void adam_loop(const AdamPiece<T>& a) {
   if constexpr (std::is_same_v<T, float>) {
-    if (a.c) return a.c_bf16 ? adam_loop_of<T, false, BFloat16>(a) : adam_loop_of<T, false, Half>(a);
+    if (a.c)
+      return a.c_bf16 ? adam_loop_of<T, false, kPlain, false, BFloat16>(a)
+                      : adam_loop_of<T, false, kPlain, false, Half>(a);
   }
-  if (a.mw) adam_loop_of<T, true>(a);
-  else adam_loop_of<T, false>(a);
+  if (a.mw) return a.count ? adam_loop_of<T, true, kPlain, true>(a) : adam_loop_of<T, true>(a);
+  with_store<T>(a.rounding, a.count, [&]<int kStore, bool kCount>() { adam_loop_of<T, false, kStore, kCount>(a); });
 }
 
 // The library is built for baseline x86-64, whose 4-wide vectors make this loop (a
@@ -226,6 +348,7 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
     const double t = double(*l.steps[k].data_ptr<int64_t>() + 1);
     corr[k] = {1 - std::pow(s.beta1, t), std::sqrt(1 - std::pow(s.beta2, t))};
   }
+  StalledCount stalled;
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
     dispatch_floating(param.dtype(), op, [&]<class T>() {
@@ -250,10 +373,18 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       a.eps = A(s.eps * corr[k].bc2_sqrt);
       a.step_size = A(lr_value * corr[k].bc2_sqrt / corr[k].bc1);
       a.decay = s.decoupled ? A(1 - lr_value * s.weight_decay) : A(1);
+      a.decay_m1 = s.decoupled ? A(-lr_value * s.weight_decay) : A(0);
       a.l2 = s.decoupled ? A(0) : A(s.weight_decay);
+      a.store = store_args<T>(l, k);
+      a.rounding = l.rounding;
+      a.count = l.stalled.defined() && is_float16_v<T>;
+      int64_t n_stalled = 0;
+      a.stalled = &n_stalled;
       run_adam(a);
+      stalled.add(n_stalled);
     });
   });
+  stalled.finish(l);
   for (const Tensor& st : l.steps) ++*st.data_ptr<int64_t>();
 }
 

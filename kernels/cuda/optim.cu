@@ -9,6 +9,11 @@
 // of launches, not one per parameter. The update rules are those of kernels/cpu/optim.cpp
 // and amp.cpp, in the same order of operations, in float32 (float64 for float64).
 //
+// A float16/bfloat16 parameter without a master stores its new value as
+// OptimizerLists::rounding says (ampgrad/stochastic_round.h for the stochastic draws, the
+// same bits as on the CPU); the stalled count is summed per warp and added with one atomic
+// per warp.
+//
 // Reference: kernels/reference/include/ampgrad/reference/optim.h and
 //   kernels/reference/include/ampgrad/reference/grad_scaler.h (float64, the specification).
 #include <algorithm>
@@ -16,6 +21,7 @@
 #include <vector>
 
 #include "ampgrad/factories.h"
+#include "ampgrad/stochastic_round.h"
 #include "cuda/common.cuh"
 #include "cuda/cuda_backend.h"
 
@@ -28,12 +34,14 @@ constexpr int64_t kChunk = 65536;
 constexpr int kOptThreads = 512;
 
 // Up to kDepth pointers per tensor (parameter, gradient, states, master), the tensor's
-// element count and step counter, and which (tensor, chunk) each block works on.
+// element count, step counter and id (OptimizerLists::ids), and which (tensor, chunk) each
+// block works on.
 template <int kDepth>
 struct TensorChunks {
   void* ptr[kDepth][kMaxTensors];
   int64_t numel[kMaxTensors];
   int64_t* step[kMaxTensors];
+  int64_t id[kMaxTensors];
   unsigned char block_tensor[kMaxBlocks];
   int block_chunk[kMaxBlocks];
 };
@@ -53,8 +61,8 @@ __device__ __forceinline__ Chunk chunk_of(const TensorChunks<kDepth>& m) {
 // Calls launch(meta, blocks) for successive packs of the tensors' chunks. ptrs(k, d) gives
 // pointer d of tensor k (null where a tensor has no such state).
 template <int kDepth, class Ptrs, class Launch>
-void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vector<int64_t*>& steps, const Ptrs& ptrs,
-                   const Launch& launch) {
+void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vector<int64_t*>& steps,
+                   const std::vector<int64_t>& ids, const Ptrs& ptrs, const Launch& launch) {
   TensorChunks<kDepth> meta{};
   int nt = 0, nb = 0;
   for (size_t k = 0; k < n; ++k) {
@@ -63,6 +71,7 @@ void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vect
     for (int d = 0; d < kDepth; ++d) meta.ptr[d][nt] = ptrs(k, d);
     meta.numel[nt] = numel;
     meta.step[nt] = steps.empty() ? nullptr : steps[k];
+    meta.id[nt] = ids.empty() ? 0 : ids[k];
     const int64_t chunks = (numel + kChunk - 1) / kChunk;
     for (int64_t c = 0; c < chunks; ++c) {
       meta.block_tensor[nb] = (unsigned char)nt;
@@ -78,6 +87,7 @@ void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vect
           for (int d = 0; d < kDepth; ++d) meta.ptr[d][0] = meta.ptr[d][nt];
           meta.numel[0] = meta.numel[nt];
           meta.step[0] = meta.step[nt];
+          meta.id[0] = meta.id[nt];
           nt = 0;
         }
       }
@@ -120,6 +130,58 @@ const float* flag_ptr(const Tensor& f, const char* op) {
 }
 
 // ---- optimizers ----------------------------------------------------------------------------
+// How a kernel stores a 16-bit parameter's new value (OptimizerLists::rounding), and where
+// it counts stalled elements.
+enum Store { kPlain, kStochastic, kCompensated };
+struct RoundArgs {
+  int store = kPlain;
+  uint64_t seed = 0;
+  unsigned long long* stalled = nullptr;  // null: no count
+};
+
+RoundArgs round_args(const OptimizerLists& l) {
+  RoundArgs r;
+  r.store = l.rounding == UpdateRounding::Stochastic    ? kStochastic
+            : l.rounding == UpdateRounding::Compensated ? kCompensated
+                                                        : kPlain;
+  r.seed = l.seed;
+  if (l.stalled.defined()) r.stalled = static_cast<unsigned long long*>(l.stalled.raw_data());
+  return r;
+}
+
+// Stores w (w0 + delta as the rule computed it) into p[i] as r.store says (a parameter
+// that is not 16-bit, or whose comp is null under kCompensated, is stored to nearest) and
+// returns the stored value in A. Element i of tensor id at its step `step` draws its bits
+// as on the CPU (kernels/cpu/optim.cpp's store_value).
+template <class D, class A>
+__device__ __forceinline__ A store_value(D* p, D* comp, int64_t i, A w0, A w, A delta, const RoundArgs& r, int64_t id,
+                                         int64_t step) {
+  D v;
+  if constexpr (is_dev_half_v<D>) {
+    if (r.store == kStochastic) {
+      const uint32_t bits = kernels::rounding_draw(r.seed, i, id, step);
+      if constexpr (std::is_same_v<D, __half>) v = __ushort_as_half(kernels::stochastic_half_bits(float(w), bits));
+      else v = __ushort_as_bfloat16(kernels::stochastic_bf16_bits(float(w), bits));
+    } else if (r.store == kCompensated && comp) {
+      const A y = delta + convert<A>(comp[i]);
+      v = convert<D>(w0 + y);
+      comp[i] = convert<D>(y - (convert<A>(v) - w0));
+    } else {
+      v = convert<D>(w);
+    }
+  } else {
+    v = convert<D>(w);
+  }
+  p[i] = v;
+  return convert<A>(v);
+}
+
+// Adds each thread's count to *stalled: a warp's sum, one atomic per warp.
+__device__ __forceinline__ void add_stalled(unsigned long long* stalled, unsigned n) {
+  for (int o = 16; o > 0; o /= 2) n += __shfl_down_sync(0xffffffffu, n, o);
+  if (threadIdx.x % 32 == 0 && n) atomicAdd(stalled, (unsigned long long)n);
+}
+
 struct SgdArgs {
   DeviceScalar lr;
   const float* found_inf;
@@ -127,11 +189,13 @@ struct SgdArgs {
   // parameters would otherwise see momentum and weight decay rounded to float)
   double momentum, damp, wd;  // damp = 1 - dampening
   bool nesterov;
+  RoundArgs round;
 };
 
-// ptr: 0 param (T), 1 grad (T), 2 momentum buffer (float, may be null), 3 master (float, may be null).
+// ptr: 0 param (T), 1 grad (T), 2 momentum buffer (float, may be null), 3 master (float, may
+// be null), 4 compensation (T, may be null).
 template <class T>
-__global__ void __launch_bounds__(kOptThreads) sgd_kernel(TensorChunks<4> m, SgdArgs a) {
+__global__ void __launch_bounds__(kOptThreads) sgd_kernel(TensorChunks<5> m, SgdArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
@@ -139,20 +203,32 @@ __global__ void __launch_bounds__(kOptThreads) sgd_kernel(TensorChunks<4> m, Sgd
   const T* g = static_cast<const T*>(m.ptr[1][k]);
   float* buf = static_cast<float*>(m.ptr[2][k]);
   float* master = static_cast<float*>(m.ptr[3][k]);
-  const bool first = *m.step[k] == 0;
+  T* comp = static_cast<T*>(m.ptr[4][k]);
+  const int64_t step_count = *m.step[k];
+  const bool first = step_count == 0;
   const A lr = A(a.lr.get()), mom = A(a.momentum), damp = A(a.damp), wd = A(a.wd);
+  unsigned n_stalled = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    A w = master ? A(master[i]) : convert<A>(p[i]);
-    A d = convert<A>(g[i]) + wd * w;
+    const A w0 = master ? A(master[i]) : convert<A>(p[i]);
+    A d = convert<A>(g[i]) + wd * w0;
     if (buf) {
       const A v = first ? d : mom * A(buf[i]) + damp * d;
       buf[i] = float(v);
       d = a.nesterov ? d + mom * v : v;
     }
-    w -= lr * d;
-    if (master) master[i] = float(w);
-    p[i] = convert<T>(w);
+    const A step = lr * d;
+    const A w = w0 - step;
+    A stored;
+    if (master) {
+      master[i] = float(w);
+      p[i] = convert<T>(w);
+      stored = A(master[i]);
+    } else {
+      stored = store_value(p, comp, i, w0, w, -step, a.round, m.id[k], step_count);
+    }
+    n_stalled += step != A(0) && stored == w0 ? 1u : 0u;
   }
+  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled, n_stalled);
 }
 
 struct AdamArgs {
@@ -160,11 +236,13 @@ struct AdamArgs {
   const float* found_inf;
   double beta1, beta2, eps, weight_decay;
   bool decoupled;
+  RoundArgs round;
 };
 
-// ptr: 0 param, 1 grad, 2 exp_avg (float), 3 exp_avg_sq (float), 4 master (float, may be null).
+// ptr: 0 param, 1 grad, 2 exp_avg (float), 3 exp_avg_sq (float), 4 master (float, may be
+// null), 5 compensation (T, may be null).
 template <class T>
-__global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<5> m, AdamArgs a) {
+__global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<6> m, AdamArgs a) {
   if (a.found_inf && *a.found_inf != 0.0f) return;
   using A = dacc_t<T>;
   const auto [k, begin, end] = chunk_of(m);
@@ -173,8 +251,10 @@ __global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<5> m, Ad
   float* m1 = static_cast<float*>(m.ptr[2][k]);
   float* m2 = static_cast<float*>(m.ptr[3][k]);
   float* mw = static_cast<float*>(m.ptr[4][k]);
+  T* comp = static_cast<T*>(m.ptr[5][k]);
   // The bias corrections at this parameter's 1-based step, in double as on the CPU.
-  const double t = double(*m.step[k] + 1);
+  const int64_t step_count = *m.step[k];
+  const double t = double(step_count + 1);
   const double lr = a.lr.get();
   // Folded into eps and the step size as on the CPU (backend.h's AdamParams).
   const double bc1 = 1 - pow(a.beta1, t), bc2_sqrt = sqrt(1 - pow(a.beta2, t));
@@ -182,19 +262,29 @@ __global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<5> m, Ad
   const A omb1 = A(1 - a.beta1), omb2 = A(1 - a.beta2);
   const A step_size = A(lr * bc2_sqrt / bc1);
   const A decay = a.decoupled ? A(1 - lr * a.weight_decay) : A(1);
+  const A decay_m1 = a.decoupled ? A(-lr * a.weight_decay) : A(0);  // the decay's share of the update
   const A l2 = a.decoupled ? A(0) : A(a.weight_decay);
+  unsigned n_stalled = 0;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    A w = mw ? A(mw[i]) : convert<A>(p[i]);
-    const A gi = convert<A>(g[i]) + l2 * w;
-    w *= decay;
+    const A w0 = mw ? A(mw[i]) : convert<A>(p[i]);
+    const A gi = convert<A>(g[i]) + l2 * w0;
     const A av = b1 * A(m1[i]) + omb1 * gi;
     const A vv = b2 * A(m2[i]) + omb2 * gi * gi;
     m1[i] = float(av);
     m2[i] = float(vv);
-    w -= step_size * av / (sqrt(vv) + eps);
-    if (mw) mw[i] = float(w);
-    p[i] = convert<T>(w);
+    const A step = step_size * av / (sqrt(vv) + eps);
+    const A w = w0 * decay - step;
+    A stored;
+    if (mw) {
+      mw[i] = float(w);
+      p[i] = convert<T>(w);
+      stored = A(mw[i]);
+    } else {
+      stored = store_value(p, comp, i, w0, w, w0 * decay_m1 - step, a.round, m.id[k], step_count);
+    }
+    n_stalled += (step != A(0) || (decay_m1 != A(0) && w0 != A(0))) && stored == w0 ? 1u : 0u;
   }
+  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled, n_stalled);
 }
 
 // Advances every listed step counter, unless the step was skipped. Runs after the update
@@ -265,15 +355,16 @@ void fused_step(const OptimizerLists& l, const char* op, const float* found_inf,
   for (const auto& group : by_dtype(l.params)) {
     const DType dtype = group.first;
     const std::vector<size_t>& idx = group.second;
-    std::vector<int64_t> numels;
+    std::vector<int64_t> numels, ids;
     std::vector<int64_t*> steps;
     for (size_t k : idx) {
       numels.push_back(l.params[k].numel());
       steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
+      ids.push_back(k < l.ids.size() ? l.ids[k] : 0);
     }
     dispatch_floating(dtype, op, [&]<class T>() {
       for_each_pack<kDepth>(
-          idx.size(), numels, steps, [&](size_t j, int d) -> void* { return ptr(idx[j], d); },
+          idx.size(), numels, steps, ids, [&](size_t j, int d) -> void* { return ptr(idx[j], d); },
           [&](const TensorChunks<kDepth>& m, int blocks) {
             launch.template operator()<dev_t<T>>(m, blocks, stream);
             check_launch(op, dev.index);
@@ -290,19 +381,25 @@ void CudaBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   check_lists(l, kOp, false);
   if (l.params.empty()) return;
   DeviceGuard guard(l.params[0].device().index, kOp);
-  const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"), flag_ptr(l.found_inf, kOp),
-                  s.momentum, 1 - s.dampening, s.weight_decay, s.nesterov};
-  fused_step<4>(
+  const SgdArgs a{device_scalar(l.lr.tensor, l.lr.value, kOp, "the learning rate"),
+                  flag_ptr(l.found_inf, kOp),
+                  s.momentum,
+                  1 - s.dampening,
+                  s.weight_decay,
+                  s.nesterov,
+                  round_args(l)};
+  fused_step<5>(
       l, kOp, a.found_inf,
       [&](size_t k, int d) -> void* {
         switch (d) {
           case 0: return l.params[k].raw_data();
           case 1: return l.grads[k].raw_data();
           case 2: return ptr_or_null<float>(l.buf1, k);
-          default: return ptr_or_null<float>(l.masters, k);
+          case 3: return ptr_or_null<float>(l.masters, k);
+          default: return ptr_or_null<void>(l.comps, k);
         }
       },
-      [&]<class D>(const TensorChunks<4>& m, int blocks, cudaStream_t stream) {
+      [&]<class D>(const TensorChunks<5>& m, int blocks, cudaStream_t stream) {
         launch(sgd_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
@@ -312,9 +409,15 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
   check_lists(l, op, true);
   if (l.params.empty()) return;
   DeviceGuard guard(l.params[0].device().index, op);
-  const AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"), flag_ptr(l.found_inf, op),
-                   s.beta1, s.beta2, s.eps, s.weight_decay, s.decoupled};
-  fused_step<5>(
+  const AdamArgs a{device_scalar(l.lr.tensor, l.lr.value, op, "the learning rate"),
+                   flag_ptr(l.found_inf, op),
+                   s.beta1,
+                   s.beta2,
+                   s.eps,
+                   s.weight_decay,
+                   s.decoupled,
+                   round_args(l)};
+  fused_step<6>(
       l, op, a.found_inf,
       [&](size_t k, int d) -> void* {
         switch (d) {
@@ -322,10 +425,11 @@ void CudaBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
           case 1: return l.grads[k].raw_data();
           case 2: return l.buf1[k].raw_data();
           case 3: return l.buf2[k].raw_data();
-          default: return ptr_or_null<float>(l.masters, k);
+          case 4: return ptr_or_null<float>(l.masters, k);
+          default: return ptr_or_null<void>(l.comps, k);
         }
       },
-      [&]<class D>(const TensorChunks<5>& m, int blocks, cudaStream_t stream) {
+      [&]<class D>(const TensorChunks<6>& m, int blocks, cudaStream_t stream) {
         launch(adam_kernel<D>, blocks, kOptThreads, 0, stream, m, a);
       });
 }
@@ -436,7 +540,7 @@ void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, co
     std::vector<int64_t> numels;
     for (size_t k : idx) numels.push_back(xs[k].numel());
     for_each_pack<1>(
-        idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        idx.size(), numels, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
           launch(scale_check_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, f, const_cast<float*>(flag));
           check_launch(kOp, dev.index);
@@ -464,7 +568,7 @@ void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
     std::vector<int64_t> numels;
     for (size_t k : idx) numels.push_back(xs[k].numel());
     for_each_pack<1>(
-        idx.size(), numels, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        idx.size(), numels, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
           launch(square_sum_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, part, filled);
           check_launch(kOp, dev.index);

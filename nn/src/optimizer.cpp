@@ -11,11 +11,20 @@
 #include "ampgrad/factories.h"
 #include "ampgrad/ops/elementwise.h"
 #include "ampgrad/ops/reduce.h"
+#include "ampgrad/philox.h"
 #include "ampgrad/state_number.h"
 
 namespace ampgrad::optim {
 
-void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who) {
+// The rounding seed: one Philox block of the global generator's next counter, so that two
+// optimizers made one after the other draw apart, and manual_seed decides both.
+Optimizer::Optimizer() {
+  const auto [seed, offset] = generator_advance(1);
+  const kernels::Philox4x32 r(seed, offset);
+  rounding_seed_ = uint64_t(r.out[0]) | uint64_t(r.out[1]) << 32;
+}
+
+void Optimizer::add_group(std::vector<Tensor> params, double lr, UpdateRounding rounding, const char* who) {
   AG_CHECK(lr >= 0 && std::isfinite(lr), who, "learning rate must be finite and non-negative, got ", lr);
   for (size_t j = 0; j < params.size(); ++j) {
     const Tensor& p = params[j];
@@ -42,7 +51,7 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, const char* who
     const Device d = params.empty() ? Device(kCPU) : params.front().device();
     step_count_ = zeros({}, TensorOptions(kInt64).device(d));
   }
-  groups_.push_back({std::move(params), lr, Tensor()});
+  groups_.push_back({std::move(params), lr, Tensor(), rounding, Tensor()});
   state_.emplace_back(groups_.back().params.size());
 }
 
@@ -107,12 +116,66 @@ void Optimizer::init_master_weights() {
     }
 }
 
-void SGD::set_master_weights(bool on) {
-  for (auto& o : options_) o.master_weights = on;
+void Optimizer::set_master_weights(bool on) {
+  for (Group& g : groups_) {
+    if (on) g.rounding = UpdateRounding::Master;
+    else if (g.rounding == UpdateRounding::Master) g.rounding = UpdateRounding::Nearest;
+  }
 }
 
-void Adam::set_master_weights(bool on) {
-  for (auto& o : options_) o.master_weights = on;
+UpdateRounding Optimizer::update_rounding(size_t group) const {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  return groups_[group].rounding;
+}
+
+void Optimizer::set_update_rounding(size_t group, UpdateRounding r) {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  groups_[group].rounding = r;
+}
+
+void Optimizer::set_update_rounding(UpdateRounding r) {
+  for (Group& g : groups_) g.rounding = r;
+}
+
+size_t Optimizer::state_bytes(size_t group) const {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  size_t n = 0;
+  for (const ParamState& s : state_[group])
+    for (const Tensor* t : {&s.buf1, &s.buf2, &s.master, &s.comp})
+      if (t->defined()) n += t->nbytes();
+  return n;
+}
+
+size_t Optimizer::state_bytes() const {
+  size_t n = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) n += state_bytes(g);
+  return n;
+}
+
+void Optimizer::set_count_stalled(bool on) { count_stalled_ = on; }
+
+const Tensor& Optimizer::stalled_count() const {
+  const Device d = step_count().device();
+  if (!stalled_count_.defined() || stalled_count_.device() != d)
+    stalled_count_ = zeros({}, TensorOptions(kInt64).device(d));
+  return stalled_count_;
+}
+
+const Tensor& Optimizer::stalled_count(size_t group) const {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  const Group& g = groups_[group];
+  const Device d = g.params.empty() ? step_count().device() : g.params.front().device();
+  if (!g.stalled.defined() || g.stalled.device() != d)
+    const_cast<Group&>(g).stalled = zeros({}, TensorOptions(kInt64).device(d));
+  return g.stalled;
+}
+
+double Optimizer::stalled_fraction(size_t group) const {
+  const int64_t count = stalled_count(group).item<int64_t>();
+  int64_t n = 0;
+  for (const Tensor& p : groups_[group].params)
+    if (is_reduced_floating(p.dtype())) n += p.numel();
+  return n == 0 ? 0.0 : double(count) / double(n);
 }
 
 Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_weights) {
@@ -124,6 +187,9 @@ Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_wei
 StateDict Optimizer::state_dict() const {
   StateDict d;
   d["steps"] = step_count();
+  // The seed's 64 bits as two 32-bit words (high, low) in int64: exact in every reader.
+  d["rounding_seed"] =
+      from_vector<int64_t>({int64_t(rounding_seed_ >> 32), int64_t(rounding_seed_ & 0xFFFFFFFFu)}, {2});
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
     d[gp + "lr"] = groups_[g].lr_tensor.defined() ? groups_[g].lr_tensor.reshape({}) : scalar_tensor(groups_[g].lr, kFloat64);
@@ -134,6 +200,7 @@ StateDict Optimizer::state_dict() const {
       if (s.buf1.defined()) d[sp + "buf1"] = s.buf1.detach();
       if (s.buf2.defined()) d[sp + "buf2"] = s.buf2.detach();
       if (s.master.defined()) d[sp + "master"] = s.master.detach();
+      if (s.comp.defined()) d[sp + "comp"] = s.comp.detach();
       if (s.step.defined()) d[sp + "step"] = s.step;
     }
   }
@@ -157,13 +224,13 @@ void Optimizer::load_state_dict(const StateDict& d) {
            "the state dict has more than ", groups_.size(), " groups");
   // Every key is known (as a module's strict load refuses unexpected keys), and every number
   // passes the constructors' rules, before anything is assigned: a bad dict changes nothing.
-  std::set<std::string> known{"steps"};
+  std::set<std::string> known{"steps", "rounding_seed"};
   for (size_t g = 0; g < groups_.size(); ++g) {
     const std::string gp = "param_groups." + std::to_string(g) + ".";
     known.insert({gp + "lr", gp + "size"});
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
       const std::string sp = "state." + std::to_string(g) + "." + std::to_string(j) + ".";
-      known.insert({sp + "buf1", sp + "buf2", sp + "master", sp + "step"});
+      known.insert({sp + "buf1", sp + "buf2", sp + "master", sp + "comp", sp + "step"});
     }
   }
   for (const auto& [k, v] : d) AG_CHECK(known.count(k), kOp, "unexpected key '", k, "'");
@@ -175,6 +242,20 @@ void Optimizer::load_state_dict(const StateDict& d) {
     lrs.push_back(lr);
   }
   const int64_t steps = detail::state_int(get("steps"), kOp, "steps");
+  // A dict saved before the rounding seed existed keeps this optimizer's.
+  const auto seed_it = d.find("rounding_seed");
+  uint64_t seed = rounding_seed_;
+  if (seed_it != d.end()) {
+    const Tensor& t = seed_it->second;
+    AG_CHECK(t.defined(), kOp, "'rounding_seed' is an undefined tensor");
+    AG_CHECK(t.dtype() == kInt64 && t.numel() == 2, kOp,
+             "'rounding_seed' must be an int64 tensor of two 32-bit words (high, low), got ", dtype_name(t.dtype()),
+             " of shape ", t.sizes());
+    const std::vector<int64_t> w = t.to(kCPU).contiguous().to_vector<int64_t>();
+    AG_CHECK(w[0] >= 0 && w[0] <= 0xFFFFFFFFll && w[1] >= 0 && w[1] <= 0xFFFFFFFFll, kOp,
+             "'rounding_seed' words must be in [0, 2^32), got ", w[0], " and ", w[1]);
+    seed = uint64_t(w[0]) << 32 | uint64_t(w[1]);
+  }
   std::vector<std::vector<int64_t>> param_steps(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
@@ -186,6 +267,15 @@ void Optimizer::load_state_dict(const StateDict& d) {
         AG_CHECK(it->second.defined() && it->second.is_floating_point(), kOp, "state '", sp + name,
                  "' must be a floating tensor, got ", it->second.defined() ? dtype_name(it->second.dtype()) : "undefined");
         AG_CHECK(it->second.sizes() == p.sizes(), kOp, "state '", sp + name, "' has shape ", it->second.sizes(),
+                 " but the parameter has shape ", p.sizes());
+      }
+      // The compensation is in the parameter's own dtype (a float32 one would be a master).
+      if (auto it = d.find(sp + "comp"); it != d.end()) {
+        AG_CHECK(it->second.defined() && it->second.dtype() == p.dtype() && is_reduced_floating(p.dtype()), kOp,
+                 "state '", sp + "comp", "' must be a ", dtype_name(p.dtype()),
+                 " tensor like its parameter (a compensation is kept for float16 and bfloat16 parameters), got ",
+                 it->second.defined() ? dtype_name(it->second.dtype()) : "undefined");
+        AG_CHECK(it->second.sizes() == p.sizes(), kOp, "state '", sp + "comp", "' has shape ", it->second.sizes(),
                  " but the parameter has shape ", p.sizes());
       }
       // A state saved without a step count has taken one step if it has buffers: that is
@@ -210,11 +300,14 @@ void Optimizer::load_state_dict(const StateDict& d) {
       load("buf1", s.buf1);
       load("buf2", s.buf2);
       load("master", s.master);
+      auto comp = d.find(sp + "comp");
+      s.comp = comp == d.end() ? Tensor() : comp->second.to(p.device()).clone();
       const int64_t step = param_steps[g][j];
       s.step = step >= 0 ? full({}, step, TensorOptions(kInt64).device(p.device())) : Tensor();
     }
   }
   step_count_ = full({}, steps, TensorOptions(kInt64).device(step_count().device()));
+  rounding_seed_ = seed;
 }
 
 StepResult Optimizer::step(const Tensor& found_inf) {
@@ -222,7 +315,11 @@ StepResult Optimizer::step(const Tensor& found_inf) {
   ++step_calls_;
   AG_CHECK(!found_inf.defined() || (found_inf.dtype() == kFloat32 && found_inf.numel() == 1), name(),
            "found_inf must be a float32 tensor of one element");
+  int64_t first_id = 0;  // the id of group g's first parameter: its index in the optimizer
   for (size_t g = 0; g < groups_.size(); ++g) {
+    const UpdateRounding rounding = groups_[g].rounding;
+    // The group's count restarts at 0 each step (on the device).
+    const Tensor stalled = count_stalled_ ? Tensor(stalled_count(g)).zero_() : Tensor();
     // One list per device and dtype, in the order of their first parameter.
     std::vector<OptimizerLists> lists;
     std::vector<std::pair<Device, DType>> keys;
@@ -247,16 +344,31 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       if (s.buf2.defined()) l.buf2.push_back(s.buf2);
       l.masters.push_back(master_for(s, p, uses_master_weights(g)));
       l.steps.push_back(s.step);
+      l.ids.push_back(first_id + int64_t(j));
+      if (rounding == UpdateRounding::Compensated && is_reduced_floating(p.dtype()) && !l.masters.back().defined() &&
+          !s.comp.defined())
+        s.comp = zeros(p.sizes().vec(), TensorOptions(p.dtype()).device(p.device()));
+      l.comps.push_back(rounding == UpdateRounding::Compensated && !l.masters.back().defined() ? s.comp : Tensor());
       // The shadow autocast keeps of p, written by this step where it can be (see
       // ampgrad/cast_shadow.h); the lists hold an undefined entry for the rest.
       const bool casts = writes_casts() && p.dtype() == kFloat32 && !l.masters.back().defined() &&
                          backend(p.device(), name()).optimizer_writes_casts();
       l.casts.push_back(casts ? detail::shadow_buffer(p) : Tensor());
     }
+    first_id += int64_t(groups_[g].params.size());
     for (size_t k = 0; k < lists.size(); ++k) {
       OptimizerLists& l = lists[k];
       const Device dev = keys[k].first;
       l.lr = {groups_[g].lr, groups_[g].lr_tensor};
+      l.rounding = rounding == UpdateRounding::Master ? UpdateRounding::Nearest : rounding;
+      l.seed = rounding_seed_;
+      bool any_comp = false;
+      for (const Tensor& c : l.comps) any_comp = any_comp || c.defined();
+      if (!any_comp) l.comps.clear();
+      // The count of a list on another device than the group's first parameter goes
+      // through a counter there (a copy between devices, never a host sync).
+      if (stalled.defined())
+        l.stalled = stalled.device() == dev ? stalled : zeros({}, TensorOptions(kInt64).device(dev));
       AG_CHECK(!l.lr.tensor.defined() || l.lr.tensor.device() == dev, name(), "the learning rate of group ", g,
                " is on ", l.lr.tensor.defined() ? l.lr.tensor.device() : dev, " but its parameters on ", dev);
       // (a copy between devices when the flag lives elsewhere: never a host sync)
@@ -265,6 +377,8 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       for (const Tensor& c : l.casts) any_cast = any_cast || c.defined();
       if (!any_cast) l.casts.clear();
       step_lists(g, l);
+      if (l.stalled.defined() && l.stalled.device() != stalled.device())
+        Tensor(stalled).add_(l.stalled.to(stalled.device()));
       // The parameters were written in place (a skipped step included: the host does not
       // know), so whatever was derived from their old values is stale; the casts written
       // along with them are the current ones.
@@ -273,6 +387,10 @@ StepResult Optimizer::step(const Tensor& found_inf) {
         if (!l.casts.empty() && l.casts[i].defined()) detail::shadow_written(l.params[i]);
       }
     }
+  }
+  if (count_stalled_) {
+    Tensor total = Tensor(stalled_count()).zero_();
+    for (size_t g = 0; g < groups_.size(); ++g) total.add_(stalled_count(g).to(total.device()));
   }
   // The count advances on the device: by one, or by one unless the step was skipped.
   const Tensor& count = step_count();
@@ -292,7 +410,7 @@ SGD::SGD(std::vector<ParamGroup> groups) {
              o.momentum, " and ", o.weight_decay);
     AG_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
              "nesterov momentum requires a momentum and zero dampening");
-    add_group(std::move(g.params), o.lr, "SGD");
+    add_group(std::move(g.params), o.lr, o.update_rounding, "SGD");
     options_.push_back(o);
   }
   require_parameters();
@@ -325,7 +443,7 @@ void Adam::add_groups(std::vector<ParamGroup> groups) {
     AG_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, who, "betas must be in [0, 1), got ",
              o.beta1, " and ", o.beta2);
     AG_CHECK(o.eps >= 0 && o.weight_decay >= 0, who, "eps and weight_decay must be non-negative");
-    add_group(std::move(g.params), o.lr, who);
+    add_group(std::move(g.params), o.lr, o.update_rounding, who);
     options_.push_back(o);
   }
   require_parameters();
@@ -338,7 +456,8 @@ AdamW::AdamW(std::vector<ParamGroup> groups) : Adam(true) {
   std::vector<Adam::ParamGroup> converted;
   for (auto& g : groups) {
     const auto& o = g.options;
-    converted.push_back({std::move(g.params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.master_weights}});
+    converted.push_back(
+        {std::move(g.params), AdamOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.update_rounding}});
   }
   add_groups(std::move(converted));
 }

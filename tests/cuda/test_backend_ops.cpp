@@ -441,10 +441,22 @@ std::vector<Case> all_cases() {
                    auto opt = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
                      if (which == 0)
                        return std::make_unique<optim::SGD>(
-                           ps, optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true, .master_weights = master});
+                           ps, optim::SGDOptions{.lr = 0.1,
+                                                 .momentum = 0.9,
+                                                 .weight_decay = 0.01,
+                                                 .nesterov = true,
+                                                 .update_rounding = master ? optim::UpdateRounding::Master
+                                                                           : optim::UpdateRounding::Nearest});
                      if (which == 1)
-                       return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 0.01, .weight_decay = 0.01, .master_weights = master});
-                     return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 0.01, .master_weights = master});
+                       return std::make_unique<optim::Adam>(
+                           ps, optim::AdamOptions{.lr = 0.01,
+                                                  .weight_decay = 0.01,
+                                                  .update_rounding = master ? optim::UpdateRounding::Master
+                                                                            : optim::UpdateRounding::Nearest});
+                     return std::make_unique<optim::AdamW>(
+                         ps, optim::AdamWOptions{.lr = 0.01,
+                                                 .update_rounding = master ? optim::UpdateRounding::Master
+                                                                           : optim::UpdateRounding::Nearest});
                    };
                    auto oc = opt(pc), og = opt(pg);
                    for (int step = 0; step < 5; ++step) {
@@ -534,14 +546,15 @@ std::vector<Case> all_cases() {
                      pg.back().set_grad(g.to(kGpu));
                    }
                    if (which == 0) {
-                     optim::SGD oc(pc, {.lr = 0.1, .momentum = 0.9, .master_weights = true}),
-                         og(pg, {.lr = 0.1, .momentum = 0.9, .master_weights = true});
+                     optim::SGD oc(pc, {.lr = 0.1, .momentum = 0.9, .update_rounding = optim::UpdateRounding::Master}),
+                         og(pg, {.lr = 0.1, .momentum = 0.9, .update_rounding = optim::UpdateRounding::Master});
                      const Tensor nc = nn::clip_grad_norm_(pc, 100.0), ng = nn::clip_grad_norm_(pg, 100.0);
                      EXPECT_TRUE(agt::allclose(ng.to(kCPU), nc, 1e-4, 0)) << "the total norm";
                      oc.step();
                      og.step();
                    } else {
-                     optim::AdamW oc(pc, {.lr = 0.01, .master_weights = true}), og(pg, {.lr = 0.01, .master_weights = true});
+                     optim::AdamW oc(pc, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master}),
+                         og(pg, {.lr = 0.01, .update_rounding = optim::UpdateRounding::Master});
                      GradScaler sc({.init_scale = 1024}), sg({.init_scale = 1024});
                      EXPECT_TRUE(bool(sc.step(oc)));
                      EXPECT_TRUE(bool(sg.step(og)));
@@ -551,6 +564,64 @@ std::vector<Case> all_cases() {
                    }
                    for (size_t k = 0; k < pc.size(); ++k)
                      EXPECT_TRUE(agt::allclose(pg[k].detach().to(kCPU), pc[k].detach(), scaled(dt, 2.0))) << "parameter " << k;
+                 }
+               }});
+  // Update rounding of 16-bit parameters (optim's update_rounding) and the stalled count:
+  // stochastic rounding draws the same bits on both devices for one seed, and the Kahan
+  // compensation is kept alike. The draws are keyed by element, parameter and step, so the
+  // parameter of 321 chunks, split across packs, draws as on the CPU. The emulator computes
+  // the float32 update as the CPU does, so the results agree bit for bit there; on a GPU
+  // nvcc may fuse a multiply and an add of the update, moving a value by a float32 ulp
+  // before it is rounded, so an element may round to the other neighbour: within one
+  // 16-bit ulp (2^-7 relative) there.
+  c.push_back({"optimizer_rounding", {"sgd_step", "adam_step"}, {kBFloat16, kFloat16}, [](DType dt) {
+                 const bool exact = cuda_emulated();
+                 for (UpdateRounding mode : {UpdateRounding::Stochastic, UpdateRounding::Compensated}) {
+                   for (int which = 0; which < 2; ++which) {
+                     SCOPED_TRACE(std::string(update_rounding_name(mode)) + (which ? " AdamW" : " SGD"));
+                     // Once (it is large), a parameter whose last chunks continue in a second
+                     // pack at slot 0 there, which must draw with its own id.
+                     const bool packs = mode == UpdateRounding::Stochastic && which == 0 && dt == kBFloat16;
+                     const std::vector<int64_t> sizes = {1000, (packs ? 320 : 3) * 65536 + 100, 37};
+                     std::vector<Tensor> pc, pg;
+                     for (int64_t n : sizes) {
+                       const Tensor init = agt::randf({n}, dt);
+                       pc.push_back(init.detach().requires_grad_(true));
+                       pg.push_back(init.to(kGpu).detach().requires_grad_(true));
+                     }
+                     auto opt = [&](std::vector<Tensor> ps) -> std::unique_ptr<optim::Optimizer> {
+                       if (which == 0)
+                         return std::make_unique<optim::SGD>(
+                             ps, optim::SGDOptions{.lr = 1e-3, .momentum = 0.9, .update_rounding = mode});
+                       return std::make_unique<optim::AdamW>(ps,
+                                                             optim::AdamWOptions{.lr = 1e-4, .update_rounding = mode});
+                     };
+                     auto oc = opt(pc), og = opt(pg);
+                     og->set_rounding_seed(oc->rounding_seed());
+                     oc->set_count_stalled(true);
+                     og->set_count_stalled(true);
+                     for (int step = 0; step < (packs ? 1 : 3); ++step) {
+                       for (size_t k = 0; k < pc.size(); ++k) {
+                         const Tensor g = agt::randf({sizes[k]}, dt);
+                         pc[k].set_grad(g);
+                         pg[k].set_grad(g.to(kGpu));
+                       }
+                       oc->step();
+                       og->step();
+                       for (size_t k = 0; k < pc.size(); ++k) {
+                         const Tensor got = pg[k].detach().to(kCPU);
+                         if (exact)
+                           EXPECT_TRUE(agt::same_bits(got, pc[k].detach())) << "parameter " << k << ", step " << step;
+                         else
+                           EXPECT_TRUE(agt::allclose(got, pc[k].detach(), 1.0 / 128, 0))
+                               << "parameter " << k << ", step " << step;
+                       }
+                       const int64_t sc = oc->stalled_count().item<int64_t>(),
+                                     sg = og->stalled_count().to(kCPU).item<int64_t>();
+                       EXPECT_GT(sc, 0) << "step " << step;  // updates of 1e-4 to values near 1 are lost
+                       if (exact) EXPECT_EQ(sg, sc) << "step " << step;
+                     }
+                   }
                  }
                }});
   // Batched products with broadcast operands: through the frontend, and through the backend

@@ -105,14 +105,22 @@ std::vector<Case> cases(bool adam_cases) {
   const AdamParams adam{.beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.01, .decoupled = false};
   const AdamParams adamw{.beta1 = 0.85, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.1, .decoupled = true};
   auto sgd_case = [](std::string name, SgdParams p, double lr) {
-    return Case{name,
-                [p, lr](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
-                  return std::make_unique<optim::SGD>(ps, optim::SGDOptions{.lr = lr, .momentum = p.momentum, .dampening = p.dampening,
-                                                                            .weight_decay = p.weight_decay, .nesterov = p.nesterov,
-                                                                            .master_weights = m});
-                },
-                by_dtype([p]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_sgd<A>(r, g, lr, p); }),
-                p.momentum != 0, false, lr};
+    return Case{
+        name,
+        [p, lr](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
+          return std::make_unique<optim::SGD>(
+              ps,
+              optim::SGDOptions{.lr = lr,
+                                .momentum = p.momentum,
+                                .dampening = p.dampening,
+                                .weight_decay = p.weight_decay,
+                                .nesterov = p.nesterov,
+                                .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
+        },
+        by_dtype([p]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_sgd<A>(r, g, lr, p); }),
+        p.momentum != 0,
+        false,
+        lr};
   };
   const std::vector<Case> all = {
       sgd_case("SGD nesterov, weight decay", sgd_nesterov, 0.05),
@@ -120,17 +128,27 @@ std::vector<Case> cases(bool adam_cases) {
       sgd_case("SGD plain, weight decay", sgd_plain, 0.2),
       {"Adam",
        [adam](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::Adam>(ps, optim::AdamOptions{.lr = 1e-2, .weight_decay = adam.weight_decay, .master_weights = m});
+         return std::make_unique<optim::Adam>(
+             ps,
+             optim::AdamOptions{.lr = 1e-2,
+                                .weight_decay = adam.weight_decay,
+                                .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
        },
        by_dtype([adam]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_adam<A>(r, g, lr, adam); }),
        true, true, 1e-2},
       {"AdamW",
        [adamw](std::vector<Tensor> ps, bool m) -> std::unique_ptr<optim::Optimizer> {
-         return std::make_unique<optim::AdamW>(ps, optim::AdamWOptions{.lr = 3e-3, .beta1 = adamw.beta1, .beta2 = adamw.beta2,
-                                                                         .eps = adamw.eps, .weight_decay = adamw.weight_decay,
-                                                                         .master_weights = m});
+         return std::make_unique<optim::AdamW>(
+             ps, optim::AdamWOptions{
+                     .lr = 3e-3,
+                     .beta1 = adamw.beta1,
+                     .beta2 = adamw.beta2,
+                     .eps = adamw.eps,
+                     .weight_decay = adamw.weight_decay,
+                     .update_rounding = m ? optim::UpdateRounding::Master : optim::UpdateRounding::Nearest});
        },
-       by_dtype([adamw]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_adam<A>(r, g, lr, adamw); }),
+       by_dtype(
+           [adamw]<class A>(RefParam& r, const std::vector<double>& g, double lr) { ref_adam<A>(r, g, lr, adamw); }),
        true, true, 3e-3},
   };
   std::vector<Case> out;

@@ -20,6 +20,7 @@
 #include "ampgrad/op_kinds.h"
 #include "ampgrad/stream.h"
 #include "ampgrad/tensor.h"
+#include "ampgrad/update_rounding.h"
 
 namespace ampgrad {
 
@@ -103,10 +104,33 @@ struct LearningRate {
 /// where casts[i] is defined (contiguous, float16 or bfloat16, params[i]'s shape; params[i]
 /// float32 without a master), it receives params[i]'s value after the call rounded to its
 /// dtype, as to_dtype rounds, also when found_inf skips the update.
+/// rounding: how a float16/bfloat16 params[i] without a master stores its new value (the
+/// value computed in float32; float32/float64 parameters ignore it; Master is Nearest here,
+/// the masters list saying which parameters have one):
+/// - Stochastic: element e of params[i] is rounded by kernels::stochastic_*_bits with the
+///   draw kernels::rounding_draw(seed, e, ids[i], steps[i]) (steps[i] before the increment;
+///   ampgrad/stochastic_round.h), so the result depends on neither the thread count nor
+///   the backend.
+/// - Compensated: comps[i] (params[i]'s dtype and shape) carries Kahan's compensation c:
+///   with the update u (the rule's change of w in float32: -lr * d for SGD; for Adam(W)
+///   -step_size * m / (sqrt(v) + eps) plus, with decoupled decay, -lr * wd * w), y = u + c,
+///   w' = round(w + y), c' = round(y - (w' - w)), in float32 with round() to the dtype.
+/// ids: one per parameter where rounding is Stochastic (else may be empty): its index in
+/// the optimizer. comps: one per parameter where rounding is Compensated (undefined for a
+/// parameter that is not 16-bit or has a master), else empty.
+/// stalled (int64, one element, or undefined): the step adds the number of elements of
+/// float16/bfloat16 parameters whose update was nonzero but whose stored value (the master
+/// where there is one) compares equal to its old value; a skipped step adds nothing. The
+/// update is nonzero where lr * d != 0 (SGD), or where step_size * m / (sqrt(v) + eps) != 0
+/// or the decoupled decay applies to a nonzero w (Adam(W)).
 struct OptimizerLists {
-  TensorList params, grads, buf1, buf2, masters, steps, casts;
+  TensorList params, grads, buf1, buf2, masters, steps, casts, comps;
   LearningRate lr;
   Tensor found_inf;
+  UpdateRounding rounding = UpdateRounding::Nearest;
+  uint64_t seed = 0;
+  std::vector<int64_t> ids;
+  Tensor stalled;
   /// What every backend's step checks first: the lists have one length (state lists may be
   /// empty), both moment lists are there when `two_moments`, and found_inf, when defined,
   /// is a float32 tensor of one element. Throws ag::Error naming `op`.

@@ -2,6 +2,7 @@
 // them.
 #include "ampgrad/reference/optim.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ampgrad::reference {
@@ -45,6 +46,45 @@ void adam_step(std::span<double> p, std::span<const double> grad, AdamState& s, 
     const double mhat = s.m[i] / bc1, vhat = s.v[i] / bc2;
     p[i] -= o.lr * mhat / (std::sqrt(vhat) + o.eps);
   }
+}
+
+// A value of the format is a multiple of its ulp at that magnitude: 2^(e - digits + 1) for
+// |x| in [2^e, 2^(e+1)), e not below min_exponent (the subnormals share the smallest
+// normal's ulp). |x| / ulp = q is then split into its integer part (the value toward zero)
+// and the fraction, the rounding's only input.
+namespace {
+double ulp_of(double a, Format16 f) {
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): a in [2^(e-1), 2^e)
+  return std::ldexp(1.0, std::max(e - 1, f.min_exponent) - f.digits + 1);
+}
+}  // namespace
+
+double round_nearest(double x, Format16 f) {
+  if (std::isnan(x) || std::isinf(x) || x == 0) return x;
+  const double a = std::fabs(x), ulp = ulp_of(a, f);
+  const double q = a / ulp, tz = std::floor(q), frac = q - tz;
+  double n = tz;
+  if (frac > 0.5 || (frac == 0.5 && std::fmod(tz, 2.0) != 0)) n = tz + 1;
+  double r = n * ulp;
+  if (r > f.max_finite) r = INFINITY;  // at or past max + ulp/2 (the next value up, as IEEE rounds)
+  return std::copysign(r, x);
+}
+
+double round_stochastic(double x, Format16 f, double u) {
+  const double a = std::fabs(x);
+  if (!(a < f.max_finite)) return round_nearest(x, f);
+  if (a == 0) return x;
+  const double ulp = ulp_of(a, f);
+  const double q = a / ulp, tz = std::floor(q);
+  return std::copysign((u < q - tz ? tz + 1 : tz) * ulp, x);
+}
+
+double kahan_update(double w, double update, double& c, Format16 f) {
+  const double y = update + c;
+  const double next = round_nearest(w + y, f);
+  c = round_nearest(y - (next - w), f);
+  return next;
 }
 
 }  // namespace ampgrad::reference

@@ -4,10 +4,17 @@
 // Options are plain structs filled with designated initializers:
 //   ag::optim::AdamW opt(net->parameters(), {.lr = 1e-3, .weight_decay = 0.01});
 // A step is one fused multi-tensor backend call per group, device and dtype
-// (kernels/*/optim), one pass over each parameter, gradient and moments. With
-// master_weights, a float16 or bfloat16 parameter is updated through a float32 copy kept in
-// the state, and the parameter receives its rounding (the float32 copy is what accumulates
-// small updates).
+// (kernels/*/optim), one pass over each parameter, gradient and moments.
+//
+// 16-bit parameters: the update is computed in float32, and a float16 or bfloat16 parameter
+// stores it as its group's update_rounding says (ampgrad/update_rounding.h): Nearest (an
+// update below half a 16-bit ulp of the weight is lost: bf16-true training can stall),
+// Stochastic (unbiased random rounding, no extra memory), Compensated (Kahan summation with
+// a compensation buffer of the parameter's dtype, 2 bytes per element) or Master (a float32
+// copy kept in the state, 4 bytes per element, which accumulates small updates; the
+// parameter receives its rounding; the same as master_weights). Float32 and float64
+// parameters ignore the mode. state_bytes() reports what a mode costs, and
+// set_count_stalled(true) counts, each step, the elements whose update was lost.
 //
 // Nothing in a step is read back to the host: step counters are device tensors, the
 // learning rate may be one (set_lr with a tensor), and a step the grad scaler skips is
@@ -22,8 +29,13 @@
 #include "ampgrad/nn/module.h"
 #include "ampgrad/step_result.h"
 #include "ampgrad/tensor.h"
+#include "ampgrad/update_rounding.h"
 
 namespace ampgrad::optim {
+
+using ampgrad::parse_update_rounding;
+using ampgrad::update_rounding_name;
+using ampgrad::UpdateRounding;
 
 /// Parameters, gradients and moments in a checkpointable form: tensors by name
 /// ("param_groups.0.lr", "state.3.exp_avg", ...).
@@ -40,9 +52,43 @@ class Optimizer {
   StepResult step(const Tensor& found_inf = Tensor());
   /// Drops every parameter's gradient (PyTorch's set_to_none).
   void zero_grad();
-  /// Turns float32 master weights for float16/bfloat16 parameters on or off in every group
-  /// (the master_weights option). Masters already made are kept while on.
-  virtual void set_master_weights(bool on) = 0;
+  /// Turns float32 master weights for float16/bfloat16 parameters on or off in every group:
+  /// on is update_rounding Master; off turns a Master group to Nearest and leaves the other
+  /// modes. Masters already made are kept while on.
+  void set_master_weights(bool on);
+  /// A group's update rounding (the update_rounding option), and its change, for one group
+  /// or every group. Stochastic draws come from the optimizer's rounding seed; Compensated
+  /// makes a compensation buffer (zero) for each 16-bit parameter at its next step; buffers
+  /// and masters already made are kept when the mode changes.
+  UpdateRounding update_rounding(size_t group = 0) const;
+  void set_update_rounding(size_t group, UpdateRounding r);
+  void set_update_rounding(UpdateRounding r);
+  /// The key of the stochastic rounding's draws: taken from the global generator
+  /// (generator_advance) when the optimizer is made, so manual_seed decides it; saved in
+  /// the state dict ("rounding_seed").
+  uint64_t rounding_seed() const { return rounding_seed_; }
+  void set_rounding_seed(uint64_t seed) { rounding_seed_ = seed; }
+  /// Bytes of optimizer state (moment buffers, float32 masters, compensation buffers; not
+  /// the step counters) of every group, or of one; divided by the group's parameter
+  /// elements, the bytes per parameter its mode and rule cost. State is made at a
+  /// parameter's first step.
+  size_t state_bytes() const;
+  size_t state_bytes(size_t group) const;
+  /// Counting of stalled updates (off by default: a step then counts nothing): each step
+  /// counts, on the device and without a host sync, the elements of float16/bfloat16
+  /// parameters whose update was nonzero but whose stored value (the master under Master)
+  /// did not change (backend.h's OptimizerLists::stalled). Under Compensated such an update
+  /// is kept in the compensation, not lost. A skipped step (found_inf) counts nothing.
+  void set_count_stalled(bool on);
+  bool count_stalled() const { return count_stalled_; }
+  /// The last step's count over every group: a 0-dim int64 tensor on the parameters'
+  /// device (0 before the first counted step).
+  const Tensor& stalled_count() const;
+  /// The last step's count of one group (a 0-dim int64 tensor on its parameters' device).
+  const Tensor& stalled_count(size_t group) const;
+  /// stalled_count(group) over the group's float16/bfloat16 elements (0 without any): a
+  /// host read.
+  double stalled_fraction(size_t group = 0) const;
   /// Makes the float32 master copy of every parameter now, from its current value: called
   /// before a model is converted to 16 bits, the masters keep the full float32 values.
   void init_master_weights();
@@ -64,28 +110,34 @@ class Optimizer {
   int64_t steps() const { return step_count().item<int64_t>(); }
   /// step() calls so far, skipped ones included: host bookkeeping, an upper bound of steps().
   int64_t step_calls() const { return step_calls_; }
-  /// Learning rates, step counts and state. Like PyTorch's, the state tensors are live
+  /// Learning rates, step counts, the rounding seed and state (moments, masters,
+  /// compensation buffers "state.G.J.comp"). Like PyTorch's, the state tensors are live
   /// views: clone them (or save the dict) before stepping on if you need a snapshot.
-  /// Betas, eps and weight decay are not included; they come from the constructor.
+  /// Betas, eps, weight decay and the update rounding modes are not included; they come
+  /// from the constructor.
   StateDict state_dict() const;
   /// Restores learning rates, step count and per-parameter state; the parameter layout
   /// (groups and shapes) must match, else ag::Error names the difference.
   void load_state_dict(const StateDict& dict);
 
  protected:
+  Optimizer();
   struct Group {
     std::vector<Tensor> params;
     double lr;
     Tensor lr_tensor;  // when defined, the rate steps read (on the device)
+    UpdateRounding rounding = UpdateRounding::Nearest;
+    Tensor stalled;  // int64, one element: the last step's stalled count (when counting)
   };
   struct ParamState {
     Tensor buf1, buf2;  // momentum, or (exp_avg, exp_avg_sq); float32
-    Tensor master;      // float32 copy of a 16-bit parameter, when master_weights
+    Tensor master;      // float32 copy of a 16-bit parameter, under Master
+    Tensor comp;        // Kahan's compensation of a 16-bit parameter (its dtype), under Compensated
     Tensor step;        // int64, one element: updates applied to this parameter
   };
   /// Appends a group; refuses a parameter that is not a floating, contiguous leaf, or that
   /// is already in this optimizer (or shares elements with one that is).
-  void add_group(std::vector<Tensor> params, double lr, const char* who);
+  void add_group(std::vector<Tensor> params, double lr, UpdateRounding rounding, const char* who);
   /// Refuses an optimizer without parameters (the constructors' last check).
   void require_parameters() const;
   /// State of parameter j of group g.
@@ -105,12 +157,15 @@ class Optimizer {
   /// A name for error messages ("SGD", "Adam", "AdamW").
   virtual const char* name() const = 0;
   /// Whether group g updates 16-bit parameters through float32 master weights.
-  virtual bool uses_master_weights(size_t group) const = 0;
+  bool uses_master_weights(size_t group) const { return groups_[group].rounding == UpdateRounding::Master; }
 
   std::vector<Group> groups_;
   std::vector<std::vector<ParamState>> state_;
   mutable Tensor step_count_;  // on the first parameter's device: step_count() moves it there
   int64_t step_calls_ = 0;
+  uint64_t rounding_seed_ = 0;
+  bool count_stalled_ = false;
+  mutable Tensor stalled_count_;  // the sum of the groups' counts, on step_count()'s device
 };
 
 struct SGDOptions {
@@ -119,7 +174,8 @@ struct SGDOptions {
   double dampening = 0;
   double weight_decay = 0;
   bool nesterov = false;
-  bool master_weights = false;
+  /// How float16/bfloat16 parameters store the update (Master: float32 master weights).
+  UpdateRounding update_rounding = UpdateRounding::Nearest;
 };
 
 class SGD : public Optimizer {
@@ -130,14 +186,12 @@ class SGD : public Optimizer {
   };
   SGD(std::vector<Tensor> params, SGDOptions options = {});
   SGD(std::vector<ParamGroup> groups);
-  void set_master_weights(bool on) override;
 
  protected:
   void init_state(size_t group, const Tensor& param, ParamState& s) override;
   void step_lists(size_t group, const OptimizerLists& lists) override;
   bool writes_casts() const override;
   const char* name() const override { return "SGD"; }
-  bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
 
  private:
   std::vector<SGDOptions> options_;
@@ -149,7 +203,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;  // L2 penalty added to the gradient
-  bool master_weights = false;
+  UpdateRounding update_rounding = UpdateRounding::Nearest;  // as SGDOptions'
 };
 
 struct AdamWOptions {
@@ -158,7 +212,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;  // decoupled: param *= 1 - lr * weight_decay
-  bool master_weights = false;
+  UpdateRounding update_rounding = UpdateRounding::Nearest;  // as SGDOptions'
 };
 
 class Adam : public Optimizer {
@@ -169,14 +223,12 @@ class Adam : public Optimizer {
   };
   Adam(std::vector<Tensor> params, AdamOptions options = {});
   Adam(std::vector<ParamGroup> groups);
-  void set_master_weights(bool on) override;
 
  protected:
   void init_state(size_t group, const Tensor& param, ParamState& s) override;
   void step_lists(size_t group, const OptimizerLists& lists) override;
   bool writes_casts() const override;
   const char* name() const override { return decoupled_ ? "AdamW" : "Adam"; }
-  bool uses_master_weights(size_t g) const override { return options_[g].master_weights; }
   explicit Adam(bool decoupled) : decoupled_(decoupled) {}
   void add_groups(std::vector<ParamGroup> groups);
   std::vector<AdamOptions> options_;
