@@ -336,12 +336,15 @@ struct TrainRun {
   LiteModule<nn::Sequential> model;
   LiteScheduler sched;
   int64_t step = 0;
-  explicit TrainRun(const char* precision)
+  explicit TrainRun(const char* precision, UpdateRounding rounding = UpdateRounding::Master)
       : net(std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
             std::make_shared<nn::Linear>(6, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
             std::make_shared<nn::Linear>(16, 3)})),
         adamw(net->parameters(), {.lr = 1e-2}),
-        lite({.accelerator = "cpu", .precision = precision, .scaler = {.init_scale = 8.0, .growth_interval = 2},
+        lite({.accelerator = "cpu",
+              .precision = precision,
+              .update_rounding = rounding,
+              .scaler = {.init_scale = 8.0, .growth_interval = 2},
               .profile = &amx()}),
         opt(lite.setup_optimizer(adamw)),
         model(lite.setup_module(net)),
@@ -361,18 +364,23 @@ struct TrainRun {
 }  // namespace
 
 TEST(LiteCheckpoint, ResumedRunEqualsUninterruptedRunBitForBit) {
-  for (const char* precision : {"16-mixed", "bf16-mixed", "bf16-true", "32-true"}) {
-    SCOPED_TRACE(precision);
+  const std::pair<const char*, UpdateRounding> runs[] = {
+      {"16-mixed", UpdateRounding::Master},         {"bf16-mixed", UpdateRounding::Master},
+      {"bf16-true", UpdateRounding::Master},        {"bf16-true", UpdateRounding::Stochastic},
+      {"bf16-true", UpdateRounding::Compensated},   {"bf16-true", UpdateRounding::Nearest},
+      {"32-true", UpdateRounding::Master}};
+  for (const auto& [precision, rounding] : runs) {
+    SCOPED_TRACE(std::string(precision) + " " + update_rounding_name(rounding));
     agt::TempDir dir;
     const std::string path = (dir.path() / "ckpt.safetensors").string();
     manual_seed(11);
-    TrainRun a(precision);
+    TrainRun a(precision, rounding);
     a.train(4);
     a.lite.save(path, a.state());
     a.train(5);
 
-    manual_seed(999);  // fresh objects, other initial values and generator position
-    TrainRun b(precision);
+    manual_seed(999);  // fresh objects, other initial values and generator position (and rounding seed)
+    TrainRun b(precision, rounding);
     b.lite.load(path, b.state());
     EXPECT_EQ(b.step, 4);
     EXPECT_EQ(b.sched.last_step(), a.sched.last_step() - 5);

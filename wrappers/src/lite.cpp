@@ -281,9 +281,10 @@ void Lite::convert(nn::Module& module) {
 
 LiteOptimizer Lite::setup_optimizer(optim::Optimizer& optimizer) {
   const Precision p = precision();
-  if (core_->options.master_weights && (p == Precision::True16 || p == Precision::TrueBF16)) {
-    optimizer.set_master_weights(true);
-    optimizer.init_master_weights();
+  if (p == Precision::True16 || p == Precision::TrueBF16) {
+    optimizer.set_update_rounding(core_->options.update_rounding);
+    if (core_->options.update_rounding == UpdateRounding::Master) optimizer.init_master_weights();
+    optimizer.set_count_stalled(core_->options.count_stalled);
   }
   auto& list = core_->optimizers;
   if (std::find(list.begin(), list.end(), &optimizer) == list.end()) list.push_back(&optimizer);

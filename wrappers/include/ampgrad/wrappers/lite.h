@@ -83,9 +83,18 @@ struct LiteOptions {
   /// gradients reduced in float32 or in their own type).
   dist::ReducerOptions ddp;
   OutputConversion output_conversion = OutputConversion::ToDefault;
-  /// 16-true / bf16-true: keep float32 master weights in the optimizers (made from the
-  /// float32 values before the model is converted).
-  bool master_weights = true;
+  /// 16-true / bf16-true: how the optimizers store the updates of the 16-bit parameters
+  /// (optim::UpdateRounding, docs/precision.md "Pure 16-bit training"): Master (the
+  /// default: float32 master weights, made from the float32 values before the model is
+  /// converted), Nearest (what Fabric's bf16-true does: small updates are lost),
+  /// Stochastic (no extra memory) or Compensated (a 16-bit Kahan buffer). Set on every
+  /// group of every optimizer set up; the other precisions train float32 parameters, which
+  /// ignore it.
+  UpdateRounding update_rounding = UpdateRounding::Master;
+  /// 16-true / bf16-true: count the stalled updates of the 16-bit parameters
+  /// (optim::Optimizer::set_count_stalled) in every optimizer set up: on the device, no
+  /// host sync; LiteOptimizer::stalled_count.
+  bool count_stalled = true;
   /// 16-mixed: the grad scaler's options.
   GradScalerOptions scaler;
   /// 16-mixed: after every step the grad scaler skipped, make the step's OverflowReport
@@ -247,6 +256,12 @@ class LiteOptimizer {
   /// parameters): a loop that reads it now and then can stop a run that no longer
   /// recovers (a host sync).
   int64_t consecutive_skips() const;
+  /// The last step's stalled updates (16-bit parameters whose nonzero update left the
+  /// stored value unchanged), over all groups: a 0-dim int64 tensor on the device, read by
+  /// nothing until asked. Zero under precisions with float32 parameters.
+  const Tensor& stalled_count() const { return optimizer().stalled_count(); }
+  /// That count over the group's 16-bit elements (a host read).
+  double stalled_fraction(size_t group = 0) const { return optimizer().stalled_fraction(group); }
   /// Why the last step was skipped, read from the device now (host syncs): the gradients
   /// as the step left them (call it before zero_grad), the last loss Lite::backward saw,
   /// and the scale before and after; `limit` caps the parameters named. Not skipped (or no
@@ -426,9 +441,10 @@ class Lite {
     core_->broadcast_module(*module);
     return wrap_module(std::move(module));
   }
-  /// Under 16-true / bf16-true with master_weights, turns the optimizer's float32 master
-  /// weights on and makes them from the parameters' current values: set up the optimizer
-  /// before its module is converted (setup() does) to keep the full float32 values.
+  /// Under 16-true / bf16-true, sets the optimizer's update rounding (LiteOptions::
+  /// update_rounding; under Master it makes the float32 masters from the parameters'
+  /// current values: set up the optimizer before its module is converted, as setup() does,
+  /// to keep the full float32 values), and its stalled count (count_stalled).
   LiteOptimizer setup_optimizer(optim::Optimizer& optimizer);
   LiteScheduler setup_scheduler(LiteOptimizer& optimizer, optim::SchedulePtr schedule) {
     return LiteScheduler(optimizer, std::move(schedule));
