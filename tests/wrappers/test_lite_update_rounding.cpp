@@ -73,9 +73,14 @@ TEST(LiteUpdateRounding, NearestLosesSmallUpdatesAndSaysSoTheOthersKeepThem) {
 }
 
 TEST(LiteUpdateRounding, AnIterationWithTheStalledCountMakesNoHostSync) {
-  SmallUpdates run(UpdateRounding::Stochastic);
-  run.step();
-  EXPECT_EQ(agt::host_syncs_of([&] { run.step(); }), std::vector<std::string>{});
-  EXPECT_EQ(run.opt.stalled_count().dim(), 0);
-  EXPECT_EQ(run.opt.stalled_count().dtype(), kInt64);
+  for (const char* precision : {"16-true", "bf16-true"})
+    for (UpdateRounding r : {UpdateRounding::Nearest, UpdateRounding::Stochastic, UpdateRounding::Compensated}) {
+      SCOPED_TRACE(std::string(precision) + " " + update_rounding_name(r));
+      SmallUpdates run(r, precision);
+      ASSERT_TRUE(run.sgd.count_stalled());
+      run.step();
+      EXPECT_EQ(agt::host_syncs_of([&] { run.step(); }), std::vector<std::string>{});
+      EXPECT_EQ(run.opt.stalled_count().dim(), 0);
+      EXPECT_EQ(run.opt.stalled_count().dtype(), kInt64);
+    }
 }
