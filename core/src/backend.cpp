@@ -133,9 +133,11 @@ void OptimizerLists::check(const char* op, bool two_moments) const {
                c.sizes(), " on ", c.device());
     }
   if (stalled.defined())
-    AG_CHECK(stalled.dtype() == kInt64 && stalled.numel() == 1 && stalled.is_contiguous() &&
-                 (n == 0 || stalled.device() == params[0].device()),
-             op, "the stalled count must be an int64 tensor of one element on the parameters' device");
+    AG_CHECK(stalled.dtype() == kInt64 && stalled.dim() == 1 && stalled.numel() == int64_t(n) &&
+                 stalled.is_contiguous() && (n == 0 || stalled.device() == params[0].device()),
+             op, "the stalled counts must be a contiguous 1-D int64 tensor of ", n,
+             " elements (one per parameter) on the parameters' device, got ", dtype_name(stalled.dtype()), " ",
+             stalled.sizes(), stalled.is_contiguous() ? "" : " (not contiguous)", " on ", stalled.device());
 }
 
 const char* update_rounding_name(UpdateRounding r) {

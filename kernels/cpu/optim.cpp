@@ -5,12 +5,14 @@
 // documented rules; a float32 master copy, when given, is updated and the parameter
 // receives its rounding. A float16/bfloat16 parameter without one stores the value as
 // OptimizerLists::rounding says (to nearest, stochastically, or with Kahan's compensation),
-// and the stalled count, when asked for, is summed per piece and added once per piece.
+// and the stalled counts, when asked for, are summed per piece and added once per piece to its
+// parameter's count.
 //
 // Reference: kernels/reference/include/ampgrad/reference/optim.h (float64, the specification).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -158,15 +160,21 @@ StoreArgs<T> store_args(const OptimizerLists& l, size_t k) {
   return s;
 }
 
-// The stalled count of one step: pieces add their sums (integers: the order does not matter).
+// The stalled counts of one step, one per parameter: each piece adds its sum to its
+// parameter's accumulator (integers: the order does not matter).
 struct StalledCount {
-  std::atomic<int64_t> n{0};
-  void add(int64_t v) {
-    if (v) n.fetch_add(v, std::memory_order_relaxed);
+  std::unique_ptr<std::atomic<int64_t>[]> n;
+  explicit StalledCount(const OptimizerLists& l) {
+    if (l.stalled.defined()) n = std::make_unique<std::atomic<int64_t>[]>(l.params.size());
   }
-  // Adds the total to lists.stalled (on the CPU: this is the device).
+  void add(size_t k, int64_t v) {
+    if (v) n[k].fetch_add(v, std::memory_order_relaxed);
+  }
+  // Adds parameter k's total to lists.stalled[k] (on the CPU: this is the device).
   void finish(const OptimizerLists& l) const {
-    if (l.stalled.defined()) *l.stalled.data_ptr<int64_t>() += n.load();
+    if (!n) return;
+    int64_t* out = l.stalled.data_ptr<int64_t>();
+    for (size_t k = 0; k < l.params.size(); ++k) out[k] += n[k].load(std::memory_order_relaxed);
   }
 };
 
@@ -176,7 +184,7 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
   double lr_value;
   if (!begin_step(*this, l, "SGD", false, lr_value)) return;
   const bool nesterov = s.nesterov;
-  StalledCount stalled;
+  StalledCount stalled(l);
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
     const bool first = *l.steps[k].data_ptr<int64_t>() == 0;
@@ -219,7 +227,7 @@ void CpuBackend::sgd_step(const OptimizerLists& l, const SgdParams& s) {
           if constexpr (!std::is_void_v<C>) cp[i] = cast<C>(cast<T>(w));
           if constexpr (kCount) n_stalled += step != A(0) && stored == w0 ? 1 : 0;
         }
-        stalled.add(n_stalled);
+        stalled.add(k, n_stalled);
       };
       if constexpr (std::is_same_v<T, float>) {
         if (c) {
@@ -348,7 +356,7 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
     const double t = double(*l.steps[k].data_ptr<int64_t>() + 1);
     corr[k] = {1 - std::pow(s.beta1, t), std::sqrt(1 - std::pow(s.beta2, t))};
   }
-  StalledCount stalled;
+  StalledCount stalled(l);
   for_each_piece(l.params, [&](size_t k, int64_t b, int64_t e) {
     const Tensor& param = l.params[k];
     dispatch_floating(param.dtype(), op, [&]<class T>() {
@@ -381,7 +389,7 @@ void CpuBackend::adam_step(const OptimizerLists& l, const AdamParams& s) {
       int64_t n_stalled = 0;
       a.stalled = &n_stalled;
       run_adam(a);
-      stalled.add(n_stalled);
+      stalled.add(k, n_stalled);
     });
   });
   stalled.finish(l);

@@ -12,7 +12,8 @@
 // A float16/bfloat16 parameter without a master stores its new value as
 // OptimizerLists::rounding says (ampgrad/stochastic_round.h for the stochastic draws, the
 // same bits as on the CPU); the stalled count is summed per warp and added with one atomic
-// per warp.
+// per warp to the count of the warp's parameter (a block, hence a warp, works on one chunk
+// of one tensor).
 //
 // Reference: kernels/reference/include/ampgrad/reference/optim.h and
 //   kernels/reference/include/ampgrad/reference/grad_scaler.h (float64, the specification).
@@ -34,14 +35,15 @@ constexpr int64_t kChunk = 65536;
 constexpr int kOptThreads = 512;
 
 // Up to kDepth pointers per tensor (parameter, gradient, states, master), the tensor's
-// element count, step counter and id (OptimizerLists::ids), and which (tensor, chunk) each
-// block works on.
+// element count, step counter, id (OptimizerLists::ids) and index in the caller's list
+// (its slot in OptimizerLists::stalled), and which (tensor, chunk) each block works on.
 template <int kDepth>
 struct TensorChunks {
   void* ptr[kDepth][kMaxTensors];
   int64_t numel[kMaxTensors];
   int64_t* step[kMaxTensors];
   int64_t id[kMaxTensors];
+  int list_index[kMaxTensors];
   unsigned char block_tensor[kMaxBlocks];
   int block_chunk[kMaxBlocks];
 };
@@ -59,10 +61,12 @@ __device__ __forceinline__ Chunk chunk_of(const TensorChunks<kDepth>& m) {
 }
 
 // Calls launch(meta, blocks) for successive packs of the tensors' chunks. ptrs(k, d) gives
-// pointer d of tensor k (null where a tensor has no such state).
+// pointer d of tensor k (null where a tensor has no such state); list_index[k] (k itself
+// when empty) is what meta.list_index holds for tensor k.
 template <int kDepth, class Ptrs, class Launch>
 void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vector<int64_t*>& steps,
-                   const std::vector<int64_t>& ids, const Ptrs& ptrs, const Launch& launch) {
+                   const std::vector<int64_t>& ids, const std::vector<int>& list_index, const Ptrs& ptrs,
+                   const Launch& launch) {
   TensorChunks<kDepth> meta{};
   int nt = 0, nb = 0;
   for (size_t k = 0; k < n; ++k) {
@@ -72,6 +76,7 @@ void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vect
     meta.numel[nt] = numel;
     meta.step[nt] = steps.empty() ? nullptr : steps[k];
     meta.id[nt] = ids.empty() ? 0 : ids[k];
+    meta.list_index[nt] = list_index.empty() ? int(k) : list_index[k];
     const int64_t chunks = (numel + kChunk - 1) / kChunk;
     for (int64_t c = 0; c < chunks; ++c) {
       meta.block_tensor[nb] = (unsigned char)nt;
@@ -88,6 +93,7 @@ void for_each_pack(size_t n, const std::vector<int64_t>& numels, const std::vect
           meta.numel[0] = meta.numel[nt];
           meta.step[0] = meta.step[nt];
           meta.id[0] = meta.id[nt];
+          meta.list_index[0] = meta.list_index[nt];
           nt = 0;
         }
       }
@@ -136,7 +142,9 @@ enum Store { kPlain, kStochastic, kCompensated };
 struct RoundArgs {
   int store = kPlain;
   uint64_t seed = 0;
-  unsigned long long* stalled = nullptr;  // null: no count
+  // OptimizerLists::stalled: the count of the pack's tensor k at stalled[m.list_index[k]];
+  // null: no count
+  unsigned long long* stalled = nullptr;
 };
 
 RoundArgs round_args(const OptimizerLists& l) {
@@ -176,7 +184,8 @@ __device__ __forceinline__ A store_value(D* p, D* comp, int64_t i, A w0, A w, A 
   return convert<A>(v);
 }
 
-// Adds each thread's count to *stalled: a warp's sum, one atomic per warp.
+// Adds each thread's count to *stalled: a warp's sum, one atomic per warp (all of a warp's
+// threads work on the block's tensor, so they share the slot).
 __device__ __forceinline__ void add_stalled(unsigned long long* stalled, unsigned n) {
   for (int o = 16; o > 0; o /= 2) n += __shfl_down_sync(0xffffffffu, n, o);
   if (threadIdx.x % 32 == 0 && n) atomicAdd(stalled, (unsigned long long)n);
@@ -228,7 +237,7 @@ __global__ void __launch_bounds__(kOptThreads) sgd_kernel(TensorChunks<5> m, Sgd
     }
     n_stalled += step != A(0) && stored == w0 ? 1u : 0u;
   }
-  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled, n_stalled);
+  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled + m.list_index[k], n_stalled);
 }
 
 struct AdamArgs {
@@ -284,7 +293,7 @@ __global__ void __launch_bounds__(kOptThreads) adam_kernel(TensorChunks<6> m, Ad
     }
     n_stalled += (step != A(0) || (decay_m1 != A(0) && w0 != A(0))) && stored == w0 ? 1u : 0u;
   }
-  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled, n_stalled);
+  if (is_dev_half_v<T> && a.round.stalled) add_stalled(a.round.stalled + m.list_index[k], n_stalled);
 }
 
 // Advances every listed step counter, unless the step was skipped. Runs after the update
@@ -357,14 +366,16 @@ void fused_step(const OptimizerLists& l, const char* op, const float* found_inf,
     const std::vector<size_t>& idx = group.second;
     std::vector<int64_t> numels, ids;
     std::vector<int64_t*> steps;
+    std::vector<int> list_index;  // the parameter's index in l: its stalled slot
     for (size_t k : idx) {
       numels.push_back(l.params[k].numel());
       steps.push_back(static_cast<int64_t*>(l.steps[k].raw_data()));
       ids.push_back(k < l.ids.size() ? l.ids[k] : 0);
+      list_index.push_back(int(k));
     }
     dispatch_floating(dtype, op, [&]<class T>() {
       for_each_pack<kDepth>(
-          idx.size(), numels, steps, ids, [&](size_t j, int d) -> void* { return ptr(idx[j], d); },
+          idx.size(), numels, steps, ids, list_index, [&](size_t j, int d) -> void* { return ptr(idx[j], d); },
           [&](const TensorChunks<kDepth>& m, int blocks) {
             launch.template operator()<dev_t<T>>(m, blocks, stream);
             check_launch(op, dev.index);
@@ -540,7 +551,7 @@ void CudaBackend::scale_and_check(const TensorList& xs, const Tensor& factor, co
     std::vector<int64_t> numels;
     for (size_t k : idx) numels.push_back(xs[k].numel());
     for_each_pack<1>(
-        idx.size(), numels, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        idx.size(), numels, {}, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
           launch(scale_check_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, f, const_cast<float*>(flag));
           check_launch(kOp, dev.index);
@@ -568,7 +579,7 @@ void CudaBackend::sum_of_squares(const TensorList& xs, const Tensor& out) {
     std::vector<int64_t> numels;
     for (size_t k : idx) numels.push_back(xs[k].numel());
     for_each_pack<1>(
-        idx.size(), numels, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
+        idx.size(), numels, {}, {}, {}, [&](size_t j, int) -> void* { return xs[idx[j]].raw_data(); },
         [&](const TensorChunks<1>& m, int blocks) {
           launch(square_sum_kernel<dev_t<T>>, blocks, kOptThreads, 0, stream, m, part, filled);
           check_launch(kOp, dev.index);

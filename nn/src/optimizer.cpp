@@ -51,7 +51,7 @@ void Optimizer::add_group(std::vector<Tensor> params, double lr, UpdateRounding 
     const Device d = params.empty() ? Device(kCPU) : params.front().device();
     step_count_ = zeros({}, TensorOptions(kInt64).device(d));
   }
-  groups_.push_back({std::move(params), lr, Tensor(), rounding, Tensor()});
+  groups_.push_back({std::move(params), lr, Tensor(), rounding, Tensor(), Tensor()});
   state_.emplace_back(groups_.back().params.size());
 }
 
@@ -170,12 +170,31 @@ const Tensor& Optimizer::stalled_count(size_t group) const {
   return g.stalled;
 }
 
+const Tensor& Optimizer::stalled_counts(size_t group) const {
+  AG_CHECK(group < groups_.size(), "optimizer", "group ", group, " does not exist (", groups_.size(), " groups)");
+  const Group& g = groups_[group];
+  const Device d = g.params.empty() ? step_count().device() : g.params.front().device();
+  if (!g.stalled_per.defined() || g.stalled_per.device() != d)
+    const_cast<Group&>(g).stalled_per = zeros({int64_t(g.params.size())}, TensorOptions(kInt64).device(d));
+  return g.stalled_per;
+}
+
 double Optimizer::stalled_fraction(size_t group) const {
   const int64_t count = stalled_count(group).item<int64_t>();
   int64_t n = 0;
   for (const Tensor& p : groups_[group].params)
     if (is_reduced_floating(p.dtype())) n += p.numel();
   return n == 0 ? 0.0 : double(count) / double(n);
+}
+
+std::vector<double> Optimizer::stalled_fractions(size_t group) const {
+  const std::vector<int64_t> counts = stalled_counts(group).to_vector<int64_t>();
+  const std::vector<Tensor>& params = groups_[group].params;
+  std::vector<double> f(params.size(), 0.0);
+  for (size_t j = 0; j < params.size(); ++j)
+    if (is_reduced_floating(params[j].dtype()) && params[j].numel() > 0)
+      f[j] = double(counts[j]) / double(params[j].numel());
+  return f;
 }
 
 Tensor Optimizer::master_for(ParamState& s, const Tensor& param, bool master_weights) {
@@ -318,11 +337,13 @@ StepResult Optimizer::step(const Tensor& found_inf) {
   int64_t first_id = 0;  // the id of group g's first parameter: its index in the optimizer
   for (size_t g = 0; g < groups_.size(); ++g) {
     const UpdateRounding rounding = groups_[g].rounding;
-    // The group's count restarts at 0 each step (on the device).
-    const Tensor stalled = count_stalled_ ? Tensor(stalled_count(g)).zero_() : Tensor();
-    // One list per device and dtype, in the order of their first parameter.
+    // The group's counts restart at 0 each step (on the device).
+    const Tensor stalled = count_stalled_ ? Tensor(stalled_counts(g)).zero_() : Tensor();
+    // One list per device and dtype, in the order of their first parameter; slots[k][i]:
+    // the index in the group of list k's parameter i.
     std::vector<OptimizerLists> lists;
     std::vector<std::pair<Device, DType>> keys;
+    std::vector<std::vector<int64_t>> slots;
     for (size_t j = 0; j < groups_[g].params.size(); ++j) {
       const Tensor& p = groups_[g].params[j];
       const Tensor grad = p.grad();
@@ -336,7 +357,9 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       if (k == keys.size()) {
         keys.push_back(key);
         lists.emplace_back();
+        slots.emplace_back();
       }
+      slots[k].push_back(int64_t(j));
       OptimizerLists& l = lists[k];
       l.params.push_back(p);
       l.grads.push_back(grad.contiguous());
@@ -365,10 +388,15 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       bool any_comp = false;
       for (const Tensor& c : l.comps) any_comp = any_comp || c.defined();
       if (!any_comp) l.comps.clear();
-      // The count of a list on another device than the group's first parameter goes
-      // through a counter there (a copy between devices, never a host sync).
+      // The list's parameters are group slots first..first+n-1 on the counts' device (one
+      // dtype, every gradient there): the backend adds to that part of the counts itself.
+      // Otherwise it counts into a tensor of its own, copied into the slots below (one copy
+      // per run of consecutive slots; between devices, a copy, never a host sync).
+      const std::vector<int64_t>& sl = slots[k];
+      const bool in_place = stalled.defined() && stalled.device() == dev && sl.back() - sl.front() + 1 == int64_t(sl.size());
       if (stalled.defined())
-        l.stalled = stalled.device() == dev ? stalled : zeros({}, TensorOptions(kInt64).device(dev));
+        l.stalled = in_place ? stalled.narrow(0, sl.front(), int64_t(sl.size()))
+                             : zeros({int64_t(sl.size())}, TensorOptions(kInt64).device(dev));
       AG_CHECK(!l.lr.tensor.defined() || l.lr.tensor.device() == dev, name(), "the learning rate of group ", g,
                " is on ", l.lr.tensor.defined() ? l.lr.tensor.device() : dev, " but its parameters on ", dev);
       // (a copy between devices when the flag lives elsewhere: never a host sync)
@@ -377,8 +405,12 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       for (const Tensor& c : l.casts) any_cast = any_cast || c.defined();
       if (!any_cast) l.casts.clear();
       step_lists(g, l);
-      if (l.stalled.defined() && l.stalled.device() != stalled.device())
-        Tensor(stalled).add_(l.stalled.to(stalled.device()));
+      if (stalled.defined() && !in_place)
+        for (size_t i = 0, r; i < sl.size(); i = r) {
+          for (r = i + 1; r < sl.size() && sl[r] == sl[r - 1] + 1;) ++r;
+          const int64_t len = int64_t(r - i);
+          stalled.narrow(0, sl[i], len).copy_(l.stalled.narrow(0, int64_t(i), len));
+        }
       // The parameters were written in place (a skipped step included: the host does not
       // know), so whatever was derived from their old values is stale; the casts written
       // along with them are the current ones.
@@ -390,7 +422,10 @@ StepResult Optimizer::step(const Tensor& found_inf) {
   }
   if (count_stalled_) {
     Tensor total = Tensor(stalled_count()).zero_();
-    for (size_t g = 0; g < groups_.size(); ++g) total.add_(stalled_count(g).to(total.device()));
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      Tensor(stalled_count(g)).copy_(sum(stalled_counts(g)));
+      total.add_(stalled_count(g).to(total.device()));
+    }
   }
   // The count advances on the device: by one, or by one unless the step was skipped.
   const Tensor& count = step_count();

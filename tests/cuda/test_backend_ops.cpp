@@ -573,7 +573,9 @@ std::vector<Case> all_cases() {
   // the float32 update as the CPU does, so the results agree bit for bit there; on a GPU
   // nvcc may fuse a multiply and an add of the update, moving a value by a float32 ulp
   // before it is rounded, so an element may round to the other neighbour: within one
-  // 16-bit ulp (2^-7 relative) there.
+  // 16-bit ulp (2^-7 relative) there. The stalled counts are kept per parameter: the one
+  // split across packs adds its second pack's count to its own slot (1), not to slot 0 of
+  // that pack's list; a step counts without a host sync.
   c.push_back({"optimizer_rounding", {"sgd_step", "adam_step"}, {kBFloat16, kFloat16}, [](DType dt) {
                  const bool exact = cuda_emulated();
                  for (UpdateRounding mode : {UpdateRounding::Stochastic, UpdateRounding::Compensated}) {
@@ -607,7 +609,7 @@ std::vector<Case> all_cases() {
                          pg[k].set_grad(g.to(kGpu));
                        }
                        oc->step();
-                       og->step();
+                       EXPECT_EQ(agt::host_syncs_of([&] { og->step(); }), std::vector<std::string>{});
                        for (size_t k = 0; k < pc.size(); ++k) {
                          const Tensor got = pg[k].detach().to(kCPU);
                          if (exact)
@@ -620,6 +622,14 @@ std::vector<Case> all_cases() {
                                      sg = og->stalled_count().to(kCPU).item<int64_t>();
                        EXPECT_GT(sc, 0) << "step " << step;  // updates of 1e-4 to values near 1 are lost
                        if (exact) EXPECT_EQ(sg, sc) << "step " << step;
+                       const std::vector<int64_t> per_c = oc->stalled_counts(0).to_vector<int64_t>(),
+                                                  per_g = og->stalled_counts(0).to_vector<int64_t>();
+                       ASSERT_EQ(per_g.size(), sizes.size());
+                       int64_t sum_g = 0;
+                       for (int64_t v : per_g) sum_g += v;
+                       EXPECT_GT(per_c[1], 0) << "step " << step;  // the large one (across packs)
+                       EXPECT_EQ(sum_g, sg) << "step " << step;
+                       if (exact) EXPECT_EQ(per_g, per_c) << "step " << step;
                      }
                    }
                  }

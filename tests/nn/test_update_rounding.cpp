@@ -410,6 +410,100 @@ TEST(UpdateRounding, StalledCounterCountsExactly) {
   }
 }
 
+// Per-parameter counts: 16-bit parameters of ones whose elements get the gradient 1 (an
+// update of 1e-4 at lr 1e-4: below the half ulp of 1 in bfloat16 and in float16, stalled)
+// at a rate of their own, else 100 (an update of 1e-2: moves). Group 0 interleaves a
+// float32 parameter, so its bfloat16 parameters are slots 0 and 2 of the group and the
+// float16 one slot 3; in group 1 the last parameter has no gradient. Each count is the
+// number of gradients of 1 (the first parameter spans several pieces of the CPU step);
+// the float32 slot and the slot without a gradient stay 0; the group's count is their sum;
+// a skipped step counts nothing.
+TEST(UpdateRounding, StalledCountsArePerParameter) {
+  struct P {
+    int64_t n;
+    DType dt;
+    int every;  // element i stalls where i % every == 0 (0: float32, not counted)
+  };
+  const std::vector<std::vector<P>> groups = {
+      {{60000, kBFloat16, 4}, {3000, kFloat32, 0}, {5000, kBFloat16, 5}, {4000, kFloat16, 2}},
+      {{2000, kBFloat16, 7}, {3000, kBFloat16, 1}, {1000, kBFloat16, 1}}};
+  std::vector<std::vector<Tensor>> params(groups.size()), grads(groups.size());
+  std::vector<std::vector<int64_t>> want(groups.size());
+  std::vector<optim::SGD::ParamGroup> pgs;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const P& p : groups[g]) {
+      std::vector<double> gv(static_cast<size_t>(p.n));
+      int64_t stalled = 0;
+      for (int64_t i = 0; i < p.n; ++i) {
+        const bool tiny = p.every > 0 && i % p.every == 0;
+        gv[size_t(i)] = tiny || p.every == 0 ? 1.0 : 100.0;
+        stalled += tiny;
+      }
+      params[g].push_back(ones({p.n}, p.dt).requires_grad_());
+      grads[g].push_back(from_vector<double>(gv, {p.n}).to(p.dt));
+      want[g].push_back(stalled);
+    }
+    pgs.push_back({params[g], {.lr = 1e-4}});
+  }
+  want[1][2] = 0;  // no gradient
+  optim::SGD opt(pgs);
+  opt.set_count_stalled(true);
+  for (size_t g = 0; g < groups.size(); ++g) EXPECT_EQ(opt.stalled_counts(g).to_vector<int64_t>(), std::vector<int64_t>(groups[g].size(), 0)) << "before a step";
+  auto step = [&](const Tensor& found_inf = Tensor()) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      for (size_t j = 0; j < params[g].size(); ++j)
+        params[g][j].set_grad(g == 1 && j == 2 ? Tensor() : grads[g][j]);
+    opt.step(found_inf);
+  };
+  step();
+  int64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    SCOPED_TRACE("group " + std::to_string(g));
+    const Tensor& counts = opt.stalled_counts(g);
+    EXPECT_EQ(counts.dtype(), kInt64);
+    EXPECT_EQ(counts.sizes(), (std::vector<int64_t>{int64_t(groups[g].size())}));
+    EXPECT_EQ(counts.to_vector<int64_t>(), want[g]);
+    int64_t sum = 0;
+    std::vector<double> fractions;
+    for (size_t j = 0; j < want[g].size(); ++j) {
+      sum += want[g][j];
+      fractions.push_back(groups[g][j].every == 0 ? 0.0 : double(want[g][j]) / double(groups[g][j].n));
+    }
+    EXPECT_EQ(opt.stalled_count(g).item<int64_t>(), sum);
+    EXPECT_EQ(opt.stalled_fractions(g), fractions);
+    total += sum;
+  }
+  EXPECT_EQ(opt.stalled_count().item<int64_t>(), total);
+  // the worst parameter of group 0: the float16 one (1 in 2 stalled)
+  const std::vector<double> f0 = opt.stalled_fractions(0);
+  EXPECT_EQ(std::max_element(f0.begin(), f0.end()) - f0.begin(), 3);
+  step(ones({1}, kFloat32));  // skipped
+  for (size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(opt.stalled_counts(g).to_vector<int64_t>(), std::vector<int64_t>(groups[g].size(), 0))
+        << "a skipped step, group " << g;
+    EXPECT_EQ(opt.stalled_fractions(g), std::vector<double>(groups[g].size(), 0.0));
+  }
+  EXPECT_EQ(opt.stalled_count().item<int64_t>(), 0);
+  step();
+  EXPECT_EQ(opt.stalled_counts(0).to_vector<int64_t>(), want[0]) << "counted again";
+  EXPECT_AG_ERROR(opt.stalled_counts(2), "group 2 does not exist");
+}
+
+// The backend refuses a counts tensor without one element per parameter.
+TEST(UpdateRounding, StalledCountsOfTheWrongShapeAreRefused) {
+  OptimizerLists l;
+  l.params = {ones({4}, kBFloat16), ones({3}, kBFloat16)};
+  l.grads = {ones({4}, kBFloat16), ones({3}, kBFloat16)};
+  l.masters = {Tensor(), Tensor()};
+  l.steps = {zeros({}, kInt64), zeros({}, kInt64)};
+  l.lr = {0.1, Tensor()};
+  l.stalled = zeros({}, kInt64);
+  EXPECT_AG_ERROR(backend(kCPU, "test").sgd_step(l, {}), "[SGD] the stalled counts must be a contiguous 1-D int64 tensor of 2 elements");
+  l.stalled = zeros({2}, kInt32);
+  EXPECT_AG_ERROR(backend(kCPU, "test").sgd_step(l, {}), "got int32 [2]");
+  EXPECT_TRUE(agt::same_bits(l.params[0], ones({4}, kBFloat16))) << "nothing was written";
+}
+
 // Adam and AdamW: with a constant gradient the step is lr (1e-4, lost at 1 in bfloat16)
 // wherever the gradient is nonzero; a zero gradient updates nothing without decoupled decay
 // and shrinks w with it (also lost): AdamW counts every element.

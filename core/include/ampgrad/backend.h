@@ -118,9 +118,11 @@ struct LearningRate {
 /// ids: one per parameter where rounding is Stochastic (else may be empty): its index in
 /// the optimizer. comps: one per parameter where rounding is Compensated (undefined for a
 /// parameter that is not 16-bit or has a master), else empty.
-/// stalled (int64, one element, or undefined): the step adds the number of elements of
-/// float16/bfloat16 parameters whose update was nonzero but whose stored value (the master
-/// where there is one) compares equal to its old value; a skipped step adds nothing. The
+/// stalled (int64, 1-D with one element per listed parameter, contiguous, on the
+/// parameters' device, or undefined): the step adds to element i the number of elements of
+/// params[i], when float16/bfloat16, whose update was nonzero but whose stored value (the
+/// master where there is one) compares equal to its old value; the element of another
+/// dtype's parameter is left as it is, and a skipped step adds nothing. The
 /// update is nonzero where lr * d != 0 (SGD), or where step_size * m / (sqrt(v) + eps) != 0
 /// or the decoupled decay applies to a nonzero w (Adam(W)).
 struct OptimizerLists {

@@ -14,7 +14,8 @@
 // copy kept in the state, 4 bytes per element, which accumulates small updates; the
 // parameter receives its rounding; the same as master_weights). Float32 and float64
 // parameters ignore the mode. state_bytes() reports what a mode costs, and
-// set_count_stalled(true) counts, each step, the elements whose update was lost.
+// set_count_stalled(true) counts, each step and per parameter, the elements whose update
+// was lost (stalled_counts, stalled_fractions: which parameters lose the most).
 //
 // Nothing in a step is read back to the host: step counters are device tensors, the
 // learning rate may be one (set_lr with a tensor), and a step the grad scaler skips is
@@ -81,14 +82,23 @@ class Optimizer {
   /// is kept in the compensation, not lost. A skipped step (found_inf) counts nothing.
   void set_count_stalled(bool on);
   bool count_stalled() const { return count_stalled_; }
-  /// The last step's count over every group: a 0-dim int64 tensor on the parameters'
-  /// device (0 before the first counted step).
+  /// The last counted step's count over every group: a 0-dim int64 tensor on the
+  /// parameters' device (0 before the first counted step).
   const Tensor& stalled_count() const;
-  /// The last step's count of one group (a 0-dim int64 tensor on its parameters' device).
+  /// The last counted step's count of one group: the sum of stalled_counts(group), a 0-dim
+  /// int64 tensor on its parameters' device, summed there.
   const Tensor& stalled_count(size_t group) const;
+  /// The last counted step's count of each parameter of the group: a 1-D int64 tensor on
+  /// the group's (first) parameter's device, element j for parameter j of the group (0
+  /// for one that is not float16/bfloat16, or that had no gradient at that step).
+  const Tensor& stalled_counts(size_t group) const;
   /// stalled_count(group) over the group's float16/bfloat16 elements (0 without any): a
   /// host read.
   double stalled_fraction(size_t group = 0) const;
+  /// Each parameter's stalled_counts(group) element over its element count (0 for one that
+  /// is not float16/bfloat16): a host read. The largest name the parameters whose updates
+  /// are most often lost.
+  std::vector<double> stalled_fractions(size_t group = 0) const;
   /// Makes the float32 master copy of every parameter now, from its current value: called
   /// before a model is converted to 16 bits, the masters keep the full float32 values.
   void init_master_weights();
@@ -127,7 +137,8 @@ class Optimizer {
     double lr;
     Tensor lr_tensor;  // when defined, the rate steps read (on the device)
     UpdateRounding rounding = UpdateRounding::Nearest;
-    Tensor stalled;  // int64, one element: the last step's stalled count (when counting)
+    Tensor stalled;         // int64, 0-dim: the sum of stalled_per (when counting)
+    Tensor stalled_per;     // int64, one element per parameter: the last counted step's counts
   };
   struct ParamState {
     Tensor buf1, buf2;  // momentum, or (exp_avg, exp_avg_sq); float32
