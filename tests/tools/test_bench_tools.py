@@ -307,6 +307,24 @@ def bench_report_module():
     return mod
 
 
+class PlotTest(unittest.TestCase):
+    def test_one_plot_as_png(self):
+        need_matplotlib(self)
+        with tempfile.TemporaryDirectory() as tmp:
+            quick = syn.write(os.path.join(tmp, "q.json"), syn.result(syn.quick_figures(), epochs=2))
+            png = os.path.join(tmp, "curves.png")
+            run("bench-report", "plot", quick, "curves", "-o", png)
+            with open(png, "rb") as f:
+                size = png_size(f.read())
+            self.assertTrue(size is not None and size[0] > 300 and size[1] > 200, size)
+            # a quick file has no peers: no ratios to plot, said so, nothing written
+            p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "plot", quick, "ratios", "-o",
+                                os.path.join(tmp, "r.png")], capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("no figures for the ratios plot", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "r.png")))
+
+
 @functools.lru_cache(maxsize=None)
 def perf_works():
     """None where `perf record` samples a tiny command here, else why not (asked once)."""
