@@ -12,7 +12,7 @@ A result file (SCHEMA, version SCHEMA_VERSION) is one JSON object:
   machine    {fingerprint, cpu_model, cpu_vendor, cpu_features, onednn_isa, logical_cores,
               threads_used, memory_bytes, gpus: [{name, compute_capability}], os, kernel,
               compiler, onednn_version, cuda_version, load_avg_start, load_avg_end}
-  settings   {repetitions, threads, models, epochs, e2e_repetitions} the run was asked for
+  settings   {repetitions, threads, models, epochs, e2e_repetitions, profile} the run was asked for
   precision  {auto: {device: {choice, reason}}, verdicts: {device: {dtype: native|emulated|
               unsupported}}, reasons: [[device, dtype, verdict, why]], run: [precisions
               measured], emulated: [those measured although the hardware emulates them]}
