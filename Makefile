@@ -27,7 +27,7 @@ deps:
 	@scripts/install-deps
 
 # Python tooling for the safetensors interop test (a venv under build/pyenv, from PyPI), and
-# Debian's matplotlib, scipy and chromium for the bench report's test (tests/tools).
+# Debian's matplotlib, scipy, chromium and linux-perf for the bench report and its tests (tests/tools).
 # Without network the test skips and says how to install it; in CI (CI=true) a failed
 # install fails, and so would the test (tests/support/testing.h: AGT_SKIP_UNLESS_CI).
 test-deps:

@@ -12,17 +12,24 @@ A result file (SCHEMA, version SCHEMA_VERSION) is one JSON object:
   machine    {fingerprint, cpu_model, cpu_vendor, cpu_features, onednn_isa, logical_cores,
               threads_used, memory_bytes, gpus: [{name, compute_capability}], os, kernel,
               compiler, onednn_version, cuda_version, load_avg_start, load_avg_end}
-  settings   {repetitions, threads, models, epochs, e2e_repetitions} the run was asked for
+  settings   {repetitions, threads, models, epochs, e2e_repetitions, profile} the run was asked for
   precision  {auto: {device: {choice, reason}}, verdicts: {device: {dtype: native|emulated|
               unsupported}}, reasons: [[device, dtype, verdict, why]], run: [precisions
               measured], emulated: [those measured although the hardware emulates them]}
   peers      {name: version line} for the peers measured in this run
   figures    [{id, group, model, precision, impl, role, metric, unit, better, values,
-              threads, flops_per_item, emulated, source, error, note}]
+              threads, flops_per_item, emulated, source, error, note, epochs, profile}]
   errors     [text] for the parts that did not run
 A figure's id is stable from run to run (what bench-compare and bench-history match on);
 values holds every repetition; role is "ours", "peer" (PyTorch eager, torch.compile,
 Fabric) or "ceiling" (raw oneDNN); better is "higher" or "lower".
+Since schema_version 2 (version 1 files read as having neither):
+  epochs   of a trainer figure (trainer/...): per run of the trainer, its per-epoch records
+           as the trainer's --json wrote them ({epoch, train_loss, test_accuracy, seconds,
+           samples_per_s, ...}); null elsewhere
+  profile  of a step figure whose target was not met: {entries: [{percent, object, symbol}]
+           (perf's self time, the top ones), samples, command, threads} or {error: why there
+           is none}; null where none was asked for (a target met, or --no-profile)
 """
 import hashlib
 import json
@@ -35,7 +42,8 @@ import subprocess
 import sys
 
 SCHEMA = "ampgrad-bench-result"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # older files lack only the fields added since (see above)
 OURS = "ampgrad"
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 ALPHA = 0.05
@@ -283,12 +291,12 @@ def machine_differences(a, b):
 
 def figure(id_, *, metric, unit, better, values, group, model=None, precision=None, impl=OURS,
            role="ours", threads=None, flops_per_item=None, emulated=False, source=None, error=None,
-           note=None):
+           note=None, epochs=None, profile=None):
     assert better in ("higher", "lower"), better
     return {"id": id_, "group": group, "model": model, "precision": precision, "impl": impl, "role": role,
             "metric": metric, "unit": unit, "better": better, "values": [float(v) for v in values],
             "threads": threads, "flops_per_item": flops_per_item, "emulated": bool(emulated), "source": source,
-            "error": error, "note": note}
+            "error": error, "note": note, "epochs": epochs, "profile": profile}
 
 
 def load_result(path):
@@ -296,8 +304,9 @@ def load_result(path):
     data = load_json(path)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: not an ampgrad benchmark result file (no \"schema\": \"{SCHEMA}\")")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, this tool reads {SCHEMA_VERSION}")
+    if data.get("schema_version") not in READABLE_VERSIONS:
+        raise ValueError(f"{path}: schema_version {data.get('schema_version')!r}, this tool reads "
+                         f"{', '.join(map(str, READABLE_VERSIONS))}")
     for f in data.get("figures", []):
         for key in ("id", "values", "better", "unit"):
             if key not in f:
@@ -442,6 +451,92 @@ def compare_values(a, b, better, alpha=ALPHA):
     return out
 
 
+# ---------------------------------------------------------------- profiles (Linux perf)
+
+PERF_INSTALL = "Debian's linux-perf; scripts/install-test-deps installs it"
+PROFILE_TOP = 12
+
+
+def parse_perf_report(text, top=PROFILE_TOP):
+    """The entries of `perf report --stdio --sort dso,sym --field-separator=TAB` output, the
+    largest first: [{percent, object, symbol}], at most `top`. JIT code's object "[JIT] tid N"
+    reads "[JIT]" (the thread id differs from run to run); perf's [.] / [k] marks are dropped
+    (the object says which is the kernel)."""
+    entries = []
+    for line in text.splitlines():
+        if line.startswith("#") or "\t" not in line:
+            continue
+        cols = [c.strip() for c in line.split("\t")]
+        m = re.fullmatch(r"([\d.]+)%", cols[0])
+        if not m or len(cols) < 3:
+            continue
+        obj = re.sub(r"^\[JIT\] tid \d+$", "[JIT]", cols[1])
+        sym = re.sub(r"^\[[.kgHu]\]\s*", "", cols[2])
+        entries.append({"percent": float(m.group(1)), "object": obj, "symbol": sym})
+    entries.sort(key=lambda e: -e["percent"])
+    return entries[:top]
+
+
+def _perf_denied(text):
+    return any(w in text for w in ("perf_event_paranoid", "Permission denied", "Operation not permitted",
+                                   "No permission", "Access to performance monitoring"))
+
+
+def perf_profile(cmd, env=None, top=PROFILE_TOP, percent_limit=0.5, perf=None, timeout=300):
+    """Runs cmd under `perf record` (self time only: the report keeps no call graphs) and
+    returns {entries (parse_perf_report), samples and event (perf's header), command}, or
+    {error: why there is no profile} where perf is missing, not permitted, or the command
+    failed. JIT code is named where it writes a perf map (/tmp/perf-PID.map, e.g. oneDNN's
+    DNNL_JIT_PROFILE=2 in env): the command keeps its pid (sh's exec), and the map is removed
+    once read."""
+    import shlex
+    import shutil
+    import tempfile
+    perf = perf or shutil.which("perf")
+    if not perf or not os.access(perf, os.X_OK):
+        return {"error": f"perf not found ({PERF_INSTALL})"}
+    shown = " ".join(shlex.quote(c) for c in cmd)
+    with tempfile.TemporaryDirectory(prefix="ampgrad-perf.") as tmp:
+        data, pidfile = os.path.join(tmp, "perf.data"), os.path.join(tmp, "pid")
+        wrapped = ["/bin/sh", "-c", 'echo $$ > "$0"; exec "$@"', pidfile] + list(cmd)
+        try:
+            rec = subprocess.run([perf, "record", "-q", "-o", data, "--"] + wrapped, env=env, capture_output=True,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"perf record did not finish within {timeout} s", "command": shown}
+        except OSError as e:
+            return {"error": f"perf does not run: {e}", "command": shown}
+        pid = None
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read().strip())
+        except (OSError, ValueError):
+            pass
+        try:
+            tail = " | ".join(l.strip() for l in rec.stderr.splitlines()[-3:] if l.strip())
+            if _perf_denied(rec.stderr):
+                return {"error": f"perf is not permitted here: {tail}", "command": shown}
+            if rec.returncode != 0 or not os.path.exists(data):
+                return {"error": f"perf record: status {rec.returncode}: {tail or 'no message'}", "command": shown}
+            rep = _run([perf, "report", "-i", data, "--stdio", "--no-children", "--percent-limit", str(percent_limit),
+                        "--sort", "dso,sym", "-g", "none", "--field-separator=\t"])
+        finally:
+            if pid:  # the JIT's map of this one process
+                try:
+                    os.remove(f"/tmp/perf-{pid}.map")
+                except OSError:
+                    pass
+    if rep is None or rep.returncode != 0:
+        return {"error": f"perf report failed: {(rep.stderr.strip().splitlines() or ['no message'])[-1] if rep else 'did not run'}",
+                "command": shown}
+    entries = parse_perf_report(rep.stdout, top)
+    if not entries:
+        return {"error": "perf recorded no samples", "command": shown}
+    m = re.search(r"^# Samples: (\S+)\s+of event '([^']+)'", rep.stdout, re.M)
+    return {"entries": entries, "samples": m.group(1) if m else None, "event": m.group(2) if m else None,
+            "command": shown}
+
+
 # ---------------------------------------------------------------- plotting and HTML
 
 def ensure_system_python(module):
@@ -476,12 +571,19 @@ def html_escape(text):
     return html.escape("" if text is None else str(text))
 
 
-def html_table(header, rows, classes=None):
-    """rows: lists of cells (str); classes: per row a CSS class or None."""
-    out = ["<table><thead><tr>" + "".join(f"<th>{html_escape(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+class Raw(str):
+    """A table cell that is HTML already (a nested table): html_table does not escape it."""
+
+
+def html_table(header, rows, classes=None, table_class=None):
+    """rows: lists of cells (str, or Raw for HTML); classes: per row a CSS class or None."""
+    tcls = f' class="{table_class}"' if table_class else ""
+    out = [f"<table{tcls}><thead><tr>" + "".join(f"<th>{html_escape(h)}</th>" for h in header) +
+           "</tr></thead><tbody>"]
     for i, r in enumerate(rows):
         cls = f' class="{classes[i]}"' if classes and classes[i] else ""
-        out.append(f"<tr{cls}>" + "".join(f"<td>{html_escape(c)}</td>" for c in r) + "</tr>")
+        out.append(f"<tr{cls}>" + "".join(f"<td>{c if isinstance(c, Raw) else html_escape(c)}</td>" for c in r)
+                   + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
@@ -505,6 +607,7 @@ tr.met td { background: #e6f4e6; } tr.missed td { background: #fbe3e3; } tr.skip
 tr.faster td { background: #e6f4e6; } tr.slower td { background: #fbe3e3; } tr.few td { color: #777; }
 img { max-width: 100%; display: block; margin: 0.5em 0; }
 .note { color: #555; font-size: 0.9em; }
+table.profile { margin: 0; font-size: 0.85em; } table.profile td { background: #fff; }
 </style>"""
 
 

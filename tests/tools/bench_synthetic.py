@@ -23,11 +23,13 @@ def reps(median, spread=0.02, n=5):
     return [median * (1 - spread + 2 * spread * i / (n - 1)) for i in range(n)]
 
 
-def result(figures, *, commit="a" * 40, commit_date="2026-01-01T00:00:00+00:00", preset="full", machine=None):
+def result(figures, *, commit="a" * 40, commit_date="2026-01-01T00:00:00+00:00", preset="full", machine=None,
+           epochs=None):
     m = dict(MACHINE, **(machine or {}))
     m["fingerprint"] = bl.fingerprint(m)
     return {"schema": bl.SCHEMA, "schema_version": bl.SCHEMA_VERSION, "created": commit_date, "preset": preset,
             "command": "synthetic", "duration_s": 1.0,
+            "settings": {"repetitions": 5, "threads": 2, "epochs": epochs, "e2e_repetitions": 4},
             "ampgrad": {"version": "0.1.0", "commit": commit, "commit_date": commit_date, "dirty": False,
                         "build_dir": "/nowhere", "build_type": "Release", "build": "oneDNN on, CUDA not built",
                         "onednn": "ON", "cuda": "OFF"},
@@ -45,8 +47,32 @@ def step(model, precision, impl, median, flops=1e6, n=5, spread=0.02):
                      values=reps(median, spread, n), flops_per_item=flops)
 
 
+# The trainer's per-epoch loss and test accuracy of run 0; run k scales the loss by 1 + 0.01 k
+# and lowers the accuracy by 0.001 k.
+CURVES = {"32-true": ([0.52, 0.38, 0.34, 0.31, 0.29], [0.841, 0.861, 0.874, 0.886, 0.893]),
+          "bf16-mixed": ([0.55, 0.40, 0.35, 0.33, 0.30], [0.838, 0.858, 0.871, 0.882, 0.890])}
+
+
+def curve_runs(precision, runs=4, epochs=5):
+    """[[epoch record as ampgrad-train --json writes it] per run]."""
+    loss, acc = CURVES[precision]
+    return [[{"epoch": e + 1, "train_loss": loss[e] * (1 + 0.01 * k), "test_accuracy": acc[e] - 0.001 * k,
+              "seconds": 2.0, "steps": 469, "skipped_steps": 0, "lr": 0.0, "samples_per_s": 30000.0}
+             for e in range(epochs)] for k in range(runs)]
+
+
+# A profile of the gpt bf16-mixed step (a target not met): parse_perf_report's entries.
+PROFILE = {"entries": [{"percent": 31.25, "object": "libgomp.so.1.0.0", "symbol": "0x000000000001f7da"},
+                       {"percent": 12.5, "object": "[JIT]", "symbol": "jit_brgemm_kernel_t"},
+                       {"percent": 6.75, "object": "libampgrad.so", "symbol": "ampgrad::cpu::adam_avx512<float>"}],
+           "samples": "6K", "event": "cpu-clock:ppp", "command": "bench_train --benchmark_filter=...", "threads": 2}
+# The trainer's bf16-mixed rate misses its target too, and perf could not profile it.
+PROFILE_DENIED = {"error": "perf is not permitted here: synthetic perf_event_paranoid 3", "threads": 2}
+
+
 def full_figures():
-    """A full preset's figures. Steps (ours, torch, torch.compile, fabric): mlp 32-true
+    """A full preset's figures (the gpt bf16-mixed step with PROFILE, the bf16-mixed trainer
+    with PROFILE_DENIED). Steps (ours, torch, torch.compile, fabric): mlp 32-true
     30000 against 10000 / 12000 (2.5x the faster: met); gpt bf16-mixed 10000 against 6000 /
     8000 (1.25x: not met); the rest at 2x. Ceilings: float32 GEMM 100 GFLOP/s, bfloat16 200;
     flops_per_item 1e6 for mlp, so its float32 step reaches 30000 * 1e6 / 1e9 / 100 = 0.30.
@@ -58,6 +84,8 @@ def full_figures():
              ("gpt", "32-true"): (16000, 7000, 8000), ("gpt", "bf16-mixed"): (10000, 6000, 8000)}
     for (model, precision), (ours, eager, compiled) in rates.items():
         figs.append(step(model, precision, bl.OURS, ours))
+        if (model, precision) == ("gpt", "bf16-mixed"):
+            figs[-1]["profile"] = PROFILE
         figs.append(step(model, precision, "torch", eager))
         figs.append(step(model, precision, "torch.compile", compiled))
         figs.append(step(model, precision, "fabric", eager * 0.97))
@@ -80,16 +108,32 @@ def full_figures():
                           values=reps(150)))
     for precision, rate, acc in (("32-true", 27000, 0.893), ("bf16-mixed", 12000, 0.89)):
         figs.append(bl.figure(f"trainer/mlp/{precision}/ampgrad", group="trainer", model="mlp", precision=precision,
-                              metric="rate", unit="samples/s", better="higher", values=reps(rate, n=4)))
+                              metric="rate", unit="samples/s", better="higher", values=reps(rate, n=4),
+                              epochs=curve_runs(precision),
+                              profile=PROFILE_DENIED if precision == "bf16-mixed" else None))
         figs.append(bl.figure(f"trainer_accuracy/mlp/{precision}/ampgrad", group="trainer", model="mlp",
                               precision=precision, metric="accuracy", unit="fraction", better="higher",
                               values=[acc] * 4))
     return figs
 
 
+QUICK_EPOCHS = 2
+
+
 def quick_figures():
-    """A quick preset's figures: our steps, the GEMMs, thread scaling; no peers, no trainer."""
-    return [f for f in full_figures() if f["role"] != "peer" and f["group"] != "trainer"]
+    """A quick preset's figures: our steps, the GEMMs, thread scaling, our trainer's 2 runs of
+    QUICK_EPOCHS epochs; no peers, and no profiles (as with --no-profile)."""
+    out = []
+    for f in full_figures():
+        if f["role"] == "peer":
+            continue
+        f = dict(f, profile=None)
+        if f["group"] == "trainer":
+            f["values"] = reps(bl.median(f["values"]), n=2)
+            if f["epochs"]:
+                f["epochs"] = [run[:QUICK_EPOCHS] for run in f["epochs"][:2]]
+        out.append(f)
+    return out
 
 
 def write(path, data):

@@ -2,9 +2,11 @@
 """scripts/bench-report's HTML report as a person sees it: built from synthetic result files
 (tests/tools/bench_synthetic.py, no benchmark run), opened in headless Chromium.
 
-Checks: every <img> is a data: URI that decodes as a PNG of some size; the targets table
-says met / not met for the figures chosen to meet or miss them, and skipped (with the
-reason) for a quick preset's file without peers; in Chromium, every image decoded (the
+Checks: every <img> is a data: URI that decodes as a PNG of some size (the trainer's loss
+and accuracy per epoch among them, its table holding each epoch's numbers); the targets
+table says met / not met for the figures chosen to meet or miss them, and skipped (with the
+reason) for a quick preset's file without peers; beside a target not met, the profile's
+entries in a small table, or why there is none; in Chromium, every image decoded (the
 page's script records the count on <body>, read back with --dump-dom), no console message
 (an error or an uncaught exception), and a screenshot that is not blank.
 Exits 77 (ctest's SKIP_RETURN_CODE) with the reason where Chromium or matplotlib is missing
@@ -15,6 +17,7 @@ import base64
 import html.parser
 import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -36,35 +39,55 @@ def check(cond, what):
     return cond
 
 
+class Row(list):
+    """A table row's cell texts (a nested table's text left out of its cell), and in .tables
+    the rows of each table nested in it."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables = []
+
+
 class Page(html.parser.HTMLParser):
-    """The <img> attributes and every table row's cell texts of a page."""
+    """The <img> attributes and every table row (Row, nested tables' rows included) of a page."""
 
     def __init__(self):
         super().__init__()
         self.imgs, self.rows, self.body = [], [], {}
-        self._row, self._cell = None, None
+        self._frames = [{"row": None, "cell": None, "rows": []}]  # one per open table
 
     def handle_starttag(self, tag, attrs):
+        top = self._frames[-1]
         if tag == "img":
             self.imgs.append(dict(attrs))
         elif tag == "body":
             self.body = dict(attrs)
+        elif tag == "table":
+            self._frames.append({"row": None, "cell": None, "rows": []})
         elif tag == "tr":
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = ""
+            top["row"] = Row()
+        elif tag in ("td", "th") and top["row"] is not None:
+            top["cell"] = ""
 
     def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self._row.append(self._cell.strip())
-            self._cell = None
-        elif tag == "tr" and self._row is not None:
-            self.rows.append(self._row)
-            self._row = None
+        top = self._frames[-1]
+        if tag in ("td", "th") and top["cell"] is not None:
+            top["row"].append(top["cell"].strip())
+            top["cell"] = None
+        elif tag == "tr" and top["row"] is not None:
+            self.rows.append(top["row"])
+            top["rows"].append(top["row"])
+            top["row"] = None
+        elif tag == "table" and len(self._frames) > 1:
+            done = self._frames.pop()
+            parent = self._frames[-1]["row"]
+            if parent is not None:
+                parent.tables.append(done["rows"])
 
     def handle_data(self, data):
-        if self._cell is not None:
-            self._cell += data
+        top = self._frames[-1]
+        if top["cell"] is not None:
+            top["cell"] += data
 
 
 def parse(path):
@@ -113,8 +136,8 @@ def target(page, start):
     return rows[0] if len(rows) == 1 else None
 
 
-def render(name, figures, preset, work):
-    path = syn.write(os.path.join(work, f"{name}.json"), syn.result(figures, preset=preset))
+def render(name, figures, preset, work, epochs=None):
+    path = syn.write(os.path.join(work, f"{name}.json"), syn.result(figures, preset=preset, epochs=epochs))
     out = os.path.join(work, f"{name}.html")
     p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "html", path, "-o", out],
                        capture_output=True, text=True, timeout=120)
@@ -138,6 +161,26 @@ def check_images(page, name, expected_alts):
         size = png_size(data)
         check(size is not None and size[0] >= 200 and size[1] >= 100,
               f"{name}: <img alt={img.get('alt')!r}> decodes to {size} (not a PNG of a plot)")
+
+
+def check_curves(page, name, runs, epochs):
+    """The per-epoch table holds, per precision and epoch, the median over the runs of
+    bench_synthetic's train loss and test accuracy, and every run's value."""
+    for precision in ("32-true", "bf16-mixed"):
+        curves = syn.curve_runs(precision, runs, epochs)
+        got = [r for r in page.rows if len(r) == 9 and r[:3] == ["mlp", precision, bl.OURS]]
+        check(len(got) == epochs, f"{name}: {len(got)} epoch rows of {precision}, expected {epochs}")
+        for row in got:
+            e = int(row[3])
+            loss = [run[e - 1]["train_loss"] for run in curves]
+            acc = [run[e - 1]["test_accuracy"] for run in curves]
+            check(abs(float(row[4]) - statistics.median(loss)) < 1e-4,
+                  f"{name}: {precision} epoch {e}: median loss {row[4]}, expected {statistics.median(loss)}")
+            check([float(v) for v in row[5].split(", ")] == [round(v, 4) for v in loss],
+                  f"{name}: {precision} epoch {e}: each run's loss {row[5]}, expected {loss}")
+            check(abs(float(row[6].rstrip("%")) - 100 * statistics.median(acc)) < 1e-2,
+                  f"{name}: {precision} epoch {e}: median accuracy {row[6]}, expected {statistics.median(acc)}")
+            check(len(row[7].split(", ")) == runs, f"{name}: {precision} epoch {e}: accuracies {row[7]}")
 
 
 def chromium_checks(chromium, page_path, work, n_images):
@@ -195,10 +238,12 @@ def main():
     # ... and a step of ours that failed (its error kept, no values) next to a peer's figures
     failed = syn.step("gpt_w256", "32-true", bl.OURS, 1.0)
     failed.update(values=[], error="synthetic failure: out of memory")
-    full = render("full", syn.full_figures() + [failed, syn.step("gpt_w256", "32-true", "torch", 5000)], "full", work)
+    full = render("full", syn.full_figures() + [failed, syn.step("gpt_w256", "32-true", "torch", 5000)], "full", work,
+                  epochs=5)
     if os.path.exists(full):
         page = parse(full)
-        alts = ["Training steps", "Ours against each peer", "Against the GEMM ceiling", "Memory", "Thread scaling"]
+        alts = ["Training steps", "Ours against each peer", "Against the GEMM ceiling", "Memory", "Thread scaling",
+                "Trainer: loss and accuracy per epoch"]
         check_images(page, "full", alts)
         # (first cell, value, verdict), from bench_synthetic.full_figures' numbers
         for start, value, verdict in (("mlp 32-true: step >=", "2.50", "met"),
@@ -215,17 +260,41 @@ def main():
         row = target(page, "gpt_w256 32-true: step >=")
         check(row is not None and row[3] == "skipped" and "synthetic failure: out of memory" in row[4],
               f"full: the failed step's target is skipped with its error: {row}")
+        check_curves(page, "full", 4, 5)
+        # The missed gpt bf16-mixed step: its profile's entries in a table beside it.
+        row = target(page, "gpt bf16-mixed: step >=")
+        nested = row.tables[0][1:] if row is not None and len(row.tables) == 1 else None
+        want = [[f"{e['percent']:.2f}", e["object"], e["symbol"]] for e in syn.PROFILE["entries"]]
+        check(nested == want, f"full: the gpt bf16-mixed step's profile {nested}, expected {want}")
+        check(row is not None and syn.PROFILE["samples"] in row[5] and syn.PROFILE["event"] in row[5],
+              f"full: the profile's note {row[5] if row else None!r}")
+        # The missed trainer target whose profile perf refused says why, with no table.
+        row = target(page, "trainer mlp bf16-mixed: rate")
+        check(row is not None and not row.tables and syn.PROFILE_DENIED["error"] in row[5],
+              f"full: the trainer's missing profile says why: {row}")
+        # A target met has no profile.
+        row = target(page, "mlp 32-true: step >=")
+        check(row is not None and row[5] == "" and not row.tables, f"full: a met target shows a profile: {row}")
         chromium_checks(chromium, full, work, len(alts))
 
-    # A quick preset's file: no peers and no trainer, so those targets are skipped, saying why.
-    quick = render("quick", syn.quick_figures(), "quick", work)
+    # A quick preset's file: no peers, so those targets are skipped, saying why; a short trainer
+    # run, whose accuracy target is skipped for its epochs; no profiles kept (as --no-profile).
+    quick = render("quick", syn.quick_figures(), "quick", work, epochs=syn.QUICK_EPOCHS)
     if os.path.exists(quick):
         page = parse(quick)
-        check_images(page, "quick", ["Training steps", "Against the GEMM ceiling", "Memory", "Thread scaling"])
+        check_images(page, "quick", ["Training steps", "Against the GEMM ceiling", "Memory", "Thread scaling",
+                                     "Trainer: loss and accuracy per epoch"])
         row = target(page, "cnn 32-true: step >=")
         check(row is not None and row[3] == "skipped" and "--preset full" in row[4], f"quick: peer target {row}")
-        row = target(page, "trainer mlp 32-true")
-        check(row is not None and row[3] == "skipped" and "trainer" in row[4], f"quick: trainer target {row}")
+        row = target(page, "trainer mlp 32-true: rate")
+        check(row is not None and row[2] == "0.90" and row[3] == "met", f"quick: trainer target {row}")
+        row = target(page, "trainer mlp 32-true: best test accuracy")
+        check(row is not None and row[3] == "skipped" and f"trained {syn.QUICK_EPOCHS} epoch" in row[4],
+              f"quick: accuracy target {row}")
+        row = target(page, "trainer mlp bf16-mixed: rate")
+        check(row is not None and row[3] == "not met" and "no profile in this file" in row[5] and not row.tables,
+              f"quick: a missed target without a profile says why: {row}")
+        check_curves(page, "quick", 2, syn.QUICK_EPOCHS)
 
     if failures:
         print(f"{len(failures)} check(s) failed; pages kept in {work}", file=sys.stderr)

@@ -4,15 +4,23 @@
 
 The exact U test is checked against a brute-force enumeration of every split of the pooled
 repetitions, and against scipy where it imports; the tools through their command lines
-(--json -). The HTML pages need matplotlib: without it those tests skip, except under
+(--json -); older result files still read; bench-report's profiles (Linux perf: a real
+perf record where perf works here, skipping with the reason elsewhere). The HTML pages need
+matplotlib: without it those tests skip, except under
 CI=true, where they fail."""
+import argparse
 import base64
+import contextlib
+import functools
+import importlib.machinery
 import importlib.util
+import io
 import itertools
 import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -287,6 +295,169 @@ class HistoryTest(unittest.TestCase):
         sizes = html_images(page)
         self.assertEqual(len(sizes), 2)
         self.assertTrue(all(s is not None and s[0] > 200 for s in sizes), sizes)
+
+
+def bench_report_module():
+    """scripts/bench-report (a script without .py) as a module."""
+    path = os.path.join(syn.SCRIPTS, "bench-report")
+    loader = importlib.machinery.SourceFileLoader("bench_report", path)
+    spec = importlib.util.spec_from_loader("bench_report", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+class PlotTest(unittest.TestCase):
+    def test_one_plot_as_png(self):
+        need_matplotlib(self)
+        with tempfile.TemporaryDirectory() as tmp:
+            quick = syn.write(os.path.join(tmp, "q.json"), syn.result(syn.quick_figures(), epochs=2))
+            png = os.path.join(tmp, "curves.png")
+            run("bench-report", "plot", quick, "curves", "-o", png)
+            with open(png, "rb") as f:
+                size = png_size(f.read())
+            self.assertTrue(size is not None and size[0] > 300 and size[1] > 200, size)
+            # a quick file has no peers: no ratios to plot, said so, nothing written
+            p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "plot", quick, "ratios", "-o",
+                                os.path.join(tmp, "r.png")], capture_output=True, text=True, timeout=120)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("no figures for the ratios plot", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(tmp, "r.png")))
+
+
+@functools.lru_cache(maxsize=None)
+def perf_works():
+    """None where `perf record` samples a tiny command here, else why not (asked once)."""
+    perf = shutil.which("perf")
+    if not perf:
+        return f"perf not found ({bl.PERF_INSTALL})"
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run([perf, "record", "-q", "-o", os.path.join(tmp, "d"), "--", "true"], capture_output=True,
+                           text=True, timeout=30)
+        if p.returncode != 0:
+            return f"perf record does not work here: {p.stderr.strip()[-300:]}"
+    return None
+
+
+# A shell loop that keeps one core busy for a fraction of a second.
+BUSY = "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done"
+
+
+class ProfileTest(unittest.TestCase):
+    """The profiles beside the targets not met: perf's output read, the reasons where there is
+    none, and which figures bench-report profiles."""
+
+    def test_schema_1_files_still_read(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            old = syn.result([rate("step/mlp", syn.reps(100))])
+            old["schema_version"] = 1
+            for f in old["figures"]:
+                del f["epochs"], f["profile"]
+            a = syn.write(os.path.join(tmp, "a.json"), old)
+            b = syn.write(os.path.join(tmp, "b.json"), syn.result([rate("step/mlp", syn.reps(130))]))
+            self.assertEqual(bl.load_result(a)["schema_version"], 1)
+            rows = {r["id"]: r for r in json.loads(run("bench-compare", a, b, "--json", "-"))["rows"]}
+            self.assertEqual(rows["step/mlp"]["verdict"], "faster")
+            newer = dict(old, schema_version=bl.SCHEMA_VERSION + 1)
+            c = syn.write(os.path.join(tmp, "c.json"), newer)
+            with self.assertRaisesRegex(ValueError, f"schema_version {bl.SCHEMA_VERSION + 1}"):
+                bl.load_result(c)
+            need_matplotlib(self)
+            run("bench-report", "html", a, "-o", os.path.join(tmp, "a.html"))
+
+    def test_perf_missing_says_so(self):
+        out = bl.perf_profile(["true"], perf="/nonexistent/perf")
+        self.assertIn("perf not found", out["error"])
+        self.assertIn("linux-perf", out["error"])
+        self.assertNotIn("entries", out)
+
+    def test_perf_not_permitted_says_why(self):
+        # A perf that refuses as the kernel does under perf_event_paranoid, without running anything.
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = os.path.join(tmp, "perf")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\necho 'Error: Access to performance monitoring and observability operations is "
+                        "limited.' >&2\necho 'Consider adjusting /proc/sys/kernel/perf_event_paranoid setting' >&2\n"
+                        "exit 255\n")
+            os.chmod(fake, 0o755)
+            out = bl.perf_profile(["true"], perf=fake)
+        self.assertTrue(out["error"].startswith("perf is not permitted here: "), out)
+        self.assertIn("perf_event_paranoid", out["error"])
+
+    def test_failed_command_says_its_status(self):
+        why = perf_works()
+        if why:
+            self.skipTest(why)
+        out = bl.perf_profile(["/bin/sh", "-c", "exit 3"])
+        self.assertIn("status 3", out["error"])
+
+    def test_perf_record_smoke(self):
+        """perf record on a busy shell loop: entries, largest first, of the shell's process."""
+        why = perf_works()
+        if why:
+            self.skipTest(why)
+        shell = os.path.basename(os.path.realpath("/bin/sh"))
+        out = bl.perf_profile(["/bin/sh", "-c", BUSY], percent_limit=0.1)
+        self.assertNotIn("error", out, out)
+        entries = out["entries"]
+        self.assertTrue(0 < len(entries) <= bl.PROFILE_TOP, entries)
+        pcts = [e["percent"] for e in entries]
+        self.assertEqual(pcts, sorted(pcts, reverse=True))
+        self.assertTrue(all(0 < p <= 100 for p in pcts) and sum(pcts) <= 100.01, pcts)
+        objects = {e["object"] for e in entries}
+        # the loop runs in the shell and the C library it calls; nothing else was sampled
+        self.assertTrue(objects & {shell, "libc.so.6"}, objects)
+        self.assertTrue(out["samples"] and out["event"], out)
+
+    def test_which_figures_are_profiled(self):
+        br = bench_report_module()
+        result = syn.result(syn.full_figures(), epochs=5)
+        for f in result["figures"]:
+            f["profile"] = None
+        asked = []
+
+        class Runner:
+            def profile(self, f):
+                asked.append(f["id"])
+                return {"error": f"asked for {f['id']}"}
+
+        with contextlib.redirect_stderr(io.StringIO()):  # its progress lines
+            br.profile_missed(Runner(), result)
+        # full_figures misses the gpt bf16-mixed step's target and the bf16-mixed trainer's
+        self.assertEqual(asked, ["step/gpt/bf16-mixed/ampgrad", "trainer/mlp/bf16-mixed/ampgrad"])
+        figs = bl.figures_by_id(result)
+        self.assertEqual(figs["step/gpt/bf16-mixed/ampgrad"]["profile"]["error"],
+                         "asked for step/gpt/bf16-mixed/ampgrad")
+        self.assertIsNone(figs["step/mlp/32-true/ampgrad"]["profile"])
+
+    def test_step_profile_runs_just_that_case(self):
+        """Runner.profile on a stand-in bench_train that records how it was started."""
+        why = perf_works()
+        if why:
+            self.skipTest(why)
+        br = bench_report_module()
+        with tempfile.TemporaryDirectory() as build:
+            os.makedirs(os.path.join(build, "bench"))
+            exe, seen = os.path.join(build, "bench", "bench_train"), os.path.join(build, "seen")
+            with open(exe, "w") as f:
+                f.write(f'#!/bin/sh\nprintf "%s\\n" "$OMP_NUM_THREADS" "$DNNL_JIT_PROFILE" "$@" > {seen}\n{BUSY}\n')
+            os.chmod(exe, 0o755)
+            args = argparse.Namespace(build=build, threads=3, timeout=60)
+            runner = br.Runner(args, {"figures": [], "errors": []})
+            out = runner.profile(syn.step("gpt", "bf16-mixed", bl.OURS, 1.0))
+            with open(seen) as f:
+                threads, jit, *argv = f.read().splitlines()
+        self.assertNotIn("error", out, out)
+        self.assertTrue(out["entries"])
+        self.assertEqual((threads, jit, out["threads"]), ("3", "2", 3))
+        filt = [a.split("=", 1)[1] for a in argv if a.startswith("--benchmark_filter=")]
+        self.assertEqual(len(filt), 1, argv)
+        # anchored on the case: its own rows, not a longer model's or another precision's
+        self.assertTrue(re.search(filt[0], "amp_train_step/gpt/ampgrad/min_time:0.500/real_time"))
+        for other in ("amp_train_step/gpt_w256/ampgrad/min_time:0.500/real_time", "train_step/gpt/ampgrad",
+                      "amp_train_step/gpt/ampgrad2", "xamp_train_step/gpt/ampgrad"):
+            self.assertIsNone(re.search(filt[0], other), other)
+        self.assertTrue(any(a.startswith("--benchmark_min_time=") for a in argv), argv)
 
 
 if __name__ == "__main__":
