@@ -72,6 +72,9 @@ struct Options {
   std::string preset = "small";
   int64_t layers = 2, heads = 4, width = 128, block_size = 64, steps_per_epoch = 200, sample_len = 200;
   double val_fraction = 0.1;  // gpt: the end of the text held out for the validation loss
+  double min_lr = 0;          // where the cosine schedule ends
+  std::string update_rounding = "master";
+  double stalled_warn = 0.25;  // 16-bit true precisions: warn once past this stalled fraction
   int64_t val_batches = 8;
 };
 
@@ -182,6 +185,22 @@ void add_options(CLI::App& app, Options& o) {
   add_number(app, "--epochs", o.epochs, "epochs to train", Sign::Positive);
   add_number(app, "--batch-size", o.batch_size, "samples per batch", Sign::Positive);
   add_number(app, "--lr", o.lr, "AdamW learning rate", Sign::Positive);
+  add_number(app, "--min-lr", o.min_lr, "the learning rate the cosine schedule ends at (default 0)", Sign::NonNegative);
+  app.add_option("--update-rounding", o.update_rounding,
+                 "16-true / bf16-true: how the 16-bit weights store their updates: master (default: float32 master "
+                 "weights), nearest (small updates are lost), stochastic, compensated (docs/precision.md)")
+      ->check([](const std::string& v) {
+        try {
+          ag::parse_update_rounding(v);
+          return std::string();
+        } catch (const ag::Error& e) {
+          return e.message();
+        }
+      });
+  app.add_option("--stalled-warn", o.stalled_warn,
+                 "16-true / bf16-true: warn once when an epoch loses more than this fraction of the 16-bit weights' "
+                 "updates to rounding (default 0.25; 1 never)")
+      ->check(CLI::Range(0.0, 1.0));
   add_number(app, "--seed", o.seed, "seed for initialisation, shuffling and dropout", Sign::NonNegative);
   add_number(app, "--threads", o.threads, "CPU threads (default: all cores)", Sign::NonNegative);
   app.add_option("--data", o.data, "dataset directory (mlp, cnn) or text file (gpt)");
@@ -331,6 +350,7 @@ ag::LiteOptions lite_options(const Options& o, std::optional<ag::PrecisionRecord
           .precision = o.precision,
           .strategy = o.strategy,
           .output_conversion = ag::parse_output_conversion(o.output_conversion),
+          .update_rounding = ag::parse_update_rounding(o.update_rounding),
           .recorded = std::move(recorded)};
 }
 
@@ -527,6 +547,8 @@ class Training {
                         {"precision_on_resume", on_resume.json(lite_)},
                         {"precision_trial", trial_json(trial)},
                         {"float32_matmul_precision", o_.matmul_precision},
+                        {"update_rounding", o_.update_rounding},
+                        {"memory", memory_json()},
                         {"skipped_steps", lite_.skipped_steps()},
                         {"strategy", o_.strategy},
                         {"world_size", world_},
@@ -560,7 +582,8 @@ class Training {
   ag::LiteScheduler make_schedule() {
     return lite_.setup_scheduler(
         opt_, o_.schedule == "cosine"
-                  ? ag::optim::CosineAnnealing({.t_max = std::max<int64_t>(1, steps_per_epoch_ * o_.epochs)})
+                  ? ag::optim::CosineAnnealing(
+                        {.t_max = std::max<int64_t>(1, steps_per_epoch_ * o_.epochs), .eta_min = o_.min_lr})
                   : ag::optim::StepDecay({.step_size = 1, .gamma = 1.0}));
   }
 
@@ -633,6 +656,7 @@ class Training {
     opt_.zero_grad();
     lite_.backward(loss);
     opt_.step();
+    count_stalled();
     sched_.step();
     ++step_;
     ++t.batches;
@@ -716,6 +740,11 @@ class Training {
       line << ", val loss " << val;
     }
     if (skipped) line << ", " << skipped << " of " << t.batches << " steps skipped for overflow";
+    if (opt_->count_stalled() && elements16() > 0) {
+      const double stalled = epoch_stalled_fraction(t.batches);
+      rec["stalled_fraction"] = stalled;
+      line << ", " << std::setprecision(1) << 100 * stalled << "% of 16-bit updates stalled";
+    }
     if (!o_.quiet) std::printf("%s\n", line.str().c_str());
     log_.push_back(rec);
   }
@@ -756,6 +785,63 @@ class Training {
   }
 
   bool scaled() const { return lite_.precision() == ag::Precision::Mixed16; }
+
+  // 16-true / bf16-true: the stalled updates of the epoch, summed on the device each step
+  // (no host sync), one count per parameter.
+  void count_stalled() {
+    if (!opt_->count_stalled()) return;
+    const ag::Tensor& per_param = opt_->stalled_counts(0);
+    if (!stalled_sum_.defined()) stalled_sum_ = ag::zeros_like(per_param);
+    stalled_sum_.add_(per_param);
+  }
+  int64_t elements16() const {
+    int64_t n = 0;
+    for (const ag::Tensor& p : w_.net->parameters()) n += ag::is_reduced_floating(p.dtype()) ? p.numel() : 0;
+    return n;
+  }
+  // The epoch's stalled fraction (a host read), and once a run, past --stalled-warn, a
+  // warning naming the parameters that stalled most.
+  double epoch_stalled_fraction(int64_t steps) {
+    if (!stalled_sum_.defined() || steps == 0) return 0;
+    const std::vector<int64_t> counts = stalled_sum_.to_vector<int64_t>();
+    stalled_sum_.zero_();
+    const auto named = w_.net->named_parameters();
+    int64_t total = 0;
+    std::vector<std::pair<double, std::string>> worst;
+    for (size_t i = 0; i < counts.size() && i < named.size(); ++i) {
+      total += counts[i];
+      if (ag::is_reduced_floating(named[i].second.dtype()))
+        worst.push_back({double(counts[i]) / double(named[i].second.numel() * steps), named[i].first});
+    }
+    const double fraction = double(total) / double(elements16() * steps);
+    if (fraction > o_.stalled_warn && !warned_stalled_ && lite_.is_global_zero()) {
+      warned_stalled_ = true;
+      std::sort(worst.begin(), worst.end(), std::greater<>());
+      std::ostringstream w;
+      w << std::fixed << std::setprecision(1) << 100 * fraction << "% of the " << ag::precision_name(lite_.precision())
+        << " weights' updates were lost to rounding this epoch (--update-rounding "
+        << ag::update_rounding_name(opt_->update_rounding()) << "); most: ";
+      for (size_t i = 0; i < worst.size() && i < 3; ++i) w << (i ? ", " : "") << worst[i].second << " " << 100 * worst[i].first << "%";
+      w << ". --update-rounding stochastic, compensated or master keeps them (docs/precision.md)";
+      std::fprintf(stderr, "warning: %s\n", w.str().c_str());
+    }
+    return fraction;
+  }
+
+  // Bytes of weights and optimizer state, for --json.
+  nlohmann::json memory_json() const {
+    size_t weights = 0, count = 0;
+    for (const ag::Tensor& p : w_.net->parameters()) {
+      weights += size_t(p.numel()) * ag::itemsize(p.dtype());
+      count += size_t(p.numel());
+    }
+    const size_t state = opt_->state_bytes();
+    return {{"parameters", count},
+            {"weight_bytes", weights},
+            {"optimizer_state_bytes", state},
+            {"bytes_per_parameter", count ? double(weights + state) / double(count) : 0.0},
+            {"peak_bytes", ag::memory_stats(lite_.device()).peak_bytes_in_use}};
+  }
   double mean_rate() const { return total_train_time_ > 0 ? total_samples_ / total_train_time_ : 0; }
 
   ag::Lite& lite_;
@@ -780,6 +866,8 @@ class Training {
   std::string last_good_;  // the newest checkpoint that a stopped run leaves to resume from
   int start_epoch_ = 0;
   int64_t step_ = 0;  // optimizer steps of the run, skipped ones included
+  ag::Tensor stalled_sum_;  // the epoch's stalled updates per parameter, on the device
+  bool warned_stalled_ = false;
   nlohmann::json log_ = nlohmann::json::array();
   double total_samples_ = 0, total_train_time_ = 0, total_seconds_ = 0;
 };

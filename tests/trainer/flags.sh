@@ -16,6 +16,11 @@
 #   --val-fraction  gpt: a held-out validation loss each epoch (the same positions in every
 #                 run: two runs of one seed agree); 0 holds nothing out and reports none
 #   --val-batches gpt: how many held-out batches it averages (another count, another loss)
+#   --update-rounding  bf16-true: nearest loses the small updates of a tiny --lr (the stalled
+#                 fraction per epoch is high, one warning names the layer norms' weights),
+#                 master keeps them (below 1% stall: in float32 only the tiniest); the JSON's bytes per parameter is 2
+#                 (weights) + 8 (AdamW's moments) + 4 under master
+#   --min-lr      the cosine schedule's last rate
 # and a bad value of each is refused before training, naming the option and the value.
 # Usage: flags.sh <ampgrad-train> <work dir>
 set -euo pipefail
@@ -57,6 +62,18 @@ gpt preset-nanogpt-64 --preset nanogpt --block-size 64
 gpt val-again --preset small
 gpt val-none --preset small --val-fraction 0
 gpt val-one --preset small --val-batches 1
+rounding() {  # rounding <mode>: bf16-true at a rate whose updates a bfloat16 1.0 cannot take
+  "$exe" --model gpt --data "$dir/data/text.txt" --accelerator cpu --precision bf16-true --update-rounding "$1" \
+    --lr 1e-4 --min-lr 5e-5 --epochs 2 --steps-per-epoch 2 --batch-size 2 --layers 1 --width 24 --sample-length 0 \
+    --threads 1 --json "$dir/round-$1.json" >"$dir/round-$1.log" 2>"$dir/round-$1.err" ||
+    { tail -n 20 "$dir/round-$1.log" "$dir/round-$1.err"; fail "run --update-rounding $1 failed"; }
+}
+rounding nearest
+rounding master
+grep -q "^warning: .*% of the bf16-true weights' updates were lost to rounding this epoch (--update-rounding nearest); most: .*ln.*weight 100.0%" \
+  "$dir/round-nearest.err" || { cat "$dir/round-nearest.err"; fail "the stalled-update warning"; }
+[ "$(grep -c "lost to rounding" "$dir/round-nearest.err")" = 1 ] || fail "the stalled-update warning is not given once"
+! grep -q "lost to rounding" "$dir/round-master.err" || fail "master warned of lost updates"
 
 grep -q '^threads  : 1$' "$dir/seed1.log" || { head -n 3 "$dir/seed1.log"; fail "--threads 1 is not in the report"; }
 grep -q '^threads  : 2$' "$dir/threads2.log" || { head -n 3 "$dir/threads2.log"; fail "--threads 2 is not in the report"; }
@@ -109,6 +126,15 @@ check(all(v is not None and 0 < v < 10 for v in val("preset-small")), f"gpt's va
 check(val("preset-small") == val("val-again"), f"one seed, two validation losses: {val('preset-small')} {val('val-again')}")
 check(val("val-none") == [None], f"--val-fraction 0 reported a validation loss: {val('val-none')}")
 check(val("val-one") != val("preset-small"), f"--val-batches 1 gave the same loss as 8: {val('val-one')}")
+
+near, mast = json.load(open(f"{d}/round-nearest.json")), json.load(open(f"{d}/round-master.json"))
+stalled = lambda r: [e.get("stalled_fraction") for e in r["epochs"]]
+check(all(s is not None and s > 0.3 for s in stalled(near)), f"nearest's stalled fractions: {stalled(near)}")
+check(all(s is not None and s < 0.01 for s in stalled(mast)), f"master's stalled fractions: {stalled(mast)}")
+check(near["memory"]["bytes_per_parameter"] == 10 and mast["memory"]["bytes_per_parameter"] == 14,
+      f"bytes per parameter: nearest {near['memory']}, master {mast['memory']}")
+check(abs(near["epochs"][-1]["lr"] - 5e-5) < 1e-12, f"--min-lr 5e-5: the last rate is {near['epochs'][-1]['lr']}")
+check("stalled_fraction" not in runs("preset-small")[0], "a 32-true run reports a stalled fraction")
 sys.exit(0 if ok else 1)
 PY
 
@@ -129,4 +155,6 @@ bad --output-conversion float32
 bad --preset large
 bad --val-fraction 0.9
 bad --val-batches 0
-echo "flags: --seed, --lr, --schedule, --batch-size, --threads, --output-conversion, --preset, --val-fraction and --val-batches take effect; bad values are named"
+bad --update-rounding upward
+bad --min-lr -1
+echo "flags: --seed, --lr, --schedule, --batch-size, --threads, --output-conversion, --preset, --val-fraction, --val-batches, --update-rounding and --min-lr take effect; bad values are named"
