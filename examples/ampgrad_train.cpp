@@ -821,7 +821,8 @@ class Training {
       w << std::fixed << std::setprecision(1) << 100 * fraction << "% of the " << ag::precision_name(lite_.precision())
         << " weights' updates were lost to rounding this epoch (--update-rounding "
         << ag::update_rounding_name(opt_->update_rounding()) << "); most: ";
-      for (size_t i = 0; i < worst.size() && i < 3; ++i) w << (i ? ", " : "") << worst[i].second << " " << 100 * worst[i].first << "%";
+      for (size_t i = 0; i < worst.size() && i < 3; ++i)
+        w << (i ? ", " : "") << worst[i].second << " " << 100 * worst[i].first << "%";
       w << ". --update-rounding stochastic, compensated or master keeps them (docs/precision.md)";
       std::fprintf(stderr, "warning: %s\n", w.str().c_str());
     }
@@ -865,7 +866,7 @@ class Training {
   std::optional<ag::CheckpointFolder> ckpts_;
   std::string last_good_;  // the newest checkpoint that a stopped run leaves to resume from
   int start_epoch_ = 0;
-  int64_t step_ = 0;  // optimizer steps of the run, skipped ones included
+  int64_t step_ = 0;        // optimizer steps of the run, skipped ones included
   ag::Tensor stalled_sum_;  // the epoch's stalled updates per parameter, on the device
   bool warned_stalled_ = false;
   nlohmann::json log_ = nlohmann::json::array();

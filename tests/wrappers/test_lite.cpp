@@ -337,9 +337,9 @@ struct TrainRun {
   LiteScheduler sched;
   int64_t step = 0;
   explicit TrainRun(const char* precision, UpdateRounding rounding = UpdateRounding::Master)
-      : net(std::make_shared<nn::Sequential>(std::vector<nn::ModulePtr>{
-            std::make_shared<nn::Linear>(6, 16), std::make_shared<nn::ReLU>(), std::make_shared<nn::Dropout>(0.2),
-            std::make_shared<nn::Linear>(16, 3)})),
+      : net(std::make_shared<nn::Sequential>(
+            std::vector<nn::ModulePtr>{std::make_shared<nn::Linear>(6, 16), std::make_shared<nn::ReLU>(),
+                                       std::make_shared<nn::Dropout>(0.2), std::make_shared<nn::Linear>(16, 3)})),
         adamw(net->parameters(), {.lr = 1e-2}),
         lite({.accelerator = "cpu",
               .precision = precision,
@@ -365,9 +365,9 @@ struct TrainRun {
 
 TEST(LiteCheckpoint, ResumedRunEqualsUninterruptedRunBitForBit) {
   const std::pair<const char*, UpdateRounding> runs[] = {
-      {"16-mixed", UpdateRounding::Master},         {"bf16-mixed", UpdateRounding::Master},
-      {"bf16-true", UpdateRounding::Master},        {"bf16-true", UpdateRounding::Stochastic},
-      {"bf16-true", UpdateRounding::Compensated},   {"bf16-true", UpdateRounding::Nearest},
+      {"16-mixed", UpdateRounding::Master},       {"bf16-mixed", UpdateRounding::Master},
+      {"bf16-true", UpdateRounding::Master},      {"bf16-true", UpdateRounding::Stochastic},
+      {"bf16-true", UpdateRounding::Compensated}, {"bf16-true", UpdateRounding::Nearest},
       {"32-true", UpdateRounding::Master}};
   for (const auto& [precision, rounding] : runs) {
     SCOPED_TRACE(std::string(precision) + " " + update_rounding_name(rounding));
