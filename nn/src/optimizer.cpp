@@ -393,7 +393,8 @@ StepResult Optimizer::step(const Tensor& found_inf) {
       // Otherwise it counts into a tensor of its own, copied into the slots below (one copy
       // per run of consecutive slots; between devices, a copy, never a host sync).
       const std::vector<int64_t>& sl = slots[k];
-      const bool in_place = stalled.defined() && stalled.device() == dev && sl.back() - sl.front() + 1 == int64_t(sl.size());
+      const bool in_place =
+          stalled.defined() && stalled.device() == dev && sl.back() - sl.front() + 1 == int64_t(sl.size());
       if (stalled.defined())
         l.stalled = in_place ? stalled.narrow(0, sl.front(), int64_t(sl.size()))
                              : zeros({int64_t(sl.size())}, TensorOptions(kInt64).device(dev));

@@ -3,8 +3,8 @@
 // (ampgrad/stochastic_round.h) and the fused steps are checked against the float64
 // specification (ampgrad/reference/optim.h): round_stochastic with the same uniform draw,
 // kahan_update; unbiasedness by the mean of many roundings against its standard error; the
-// Kahan sum against the float64 sum where nearest rounding freezes; the stalled count on a
-// constructed case; state dicts that resume bit for bit.
+// Kahan sum against the float64 sum where nearest rounding freezes; the stalled counts (per
+// parameter and per group) on constructed cases; state dicts that resume bit for bit.
 #include "support/testing.h"
 
 #include <omp.h>
@@ -448,11 +448,11 @@ TEST(UpdateRounding, StalledCountsArePerParameter) {
   want[1][2] = 0;  // no gradient
   optim::SGD opt(pgs);
   opt.set_count_stalled(true);
-  for (size_t g = 0; g < groups.size(); ++g) EXPECT_EQ(opt.stalled_counts(g).to_vector<int64_t>(), std::vector<int64_t>(groups[g].size(), 0)) << "before a step";
+  for (size_t g = 0; g < groups.size(); ++g)
+    EXPECT_EQ(opt.stalled_counts(g).to_vector<int64_t>(), std::vector<int64_t>(groups[g].size(), 0)) << "before a step";
   auto step = [&](const Tensor& found_inf = Tensor()) {
     for (size_t g = 0; g < groups.size(); ++g)
-      for (size_t j = 0; j < params[g].size(); ++j)
-        params[g][j].set_grad(g == 1 && j == 2 ? Tensor() : grads[g][j]);
+      for (size_t j = 0; j < params[g].size(); ++j) params[g][j].set_grad(g == 1 && j == 2 ? Tensor() : grads[g][j]);
     opt.step(found_inf);
   };
   step();
@@ -498,7 +498,8 @@ TEST(UpdateRounding, StalledCountsOfTheWrongShapeAreRefused) {
   l.steps = {zeros({}, kInt64), zeros({}, kInt64)};
   l.lr = {0.1, Tensor()};
   l.stalled = zeros({}, kInt64);
-  EXPECT_AG_ERROR(backend(kCPU, "test").sgd_step(l, {}), "[SGD] the stalled counts must be a contiguous 1-D int64 tensor of 2 elements");
+  EXPECT_AG_ERROR(backend(kCPU, "test").sgd_step(l, {}),
+                  "[SGD] the stalled counts must be a contiguous 1-D int64 tensor of 2 elements");
   l.stalled = zeros({2}, kInt32);
   EXPECT_AG_ERROR(backend(kCPU, "test").sgd_step(l, {}), "got int32 [2]");
   EXPECT_TRUE(agt::same_bits(l.params[0], ones({4}, kBFloat16))) << "nothing was written";

@@ -137,8 +137,8 @@ class Optimizer {
     double lr;
     Tensor lr_tensor;  // when defined, the rate steps read (on the device)
     UpdateRounding rounding = UpdateRounding::Nearest;
-    Tensor stalled;         // int64, 0-dim: the sum of stalled_per (when counting)
-    Tensor stalled_per;     // int64, one element per parameter: the last counted step's counts
+    Tensor stalled;      // int64, 0-dim: the sum of stalled_per (when counting)
+    Tensor stalled_per;  // int64, one element per parameter: the last counted step's counts
   };
   struct ParamState {
     Tensor buf1, buf2;  // momentum, or (exp_avg, exp_avg_sq); float32
