@@ -3,8 +3,8 @@
 // (ampgrad/stochastic_round.h) and the fused steps are checked against the float64
 // specification (ampgrad/reference/optim.h): round_stochastic with the same uniform draw,
 // kahan_update; unbiasedness by the mean of many roundings against its standard error; the
-// Kahan sum against the float64 sum where nearest rounding freezes; the stalled count on a
-// constructed case; state dicts that resume bit for bit.
+// Kahan sum against the float64 sum where nearest rounding freezes; the stalled counts (per
+// parameter and per group) on constructed cases; state dicts that resume bit for bit.
 #include "support/testing.h"
 
 #include <omp.h>
