@@ -744,6 +744,9 @@ class Training {
       const double stalled = epoch_stalled_fraction(t.batches);
       rec["stalled_fraction"] = stalled;
       line << ", " << std::setprecision(1) << 100 * stalled << "% of 16-bit updates stalled";
+      // There the weight's value stayed, but the update was not lost.
+      if (opt_->update_rounding() == ag::UpdateRounding::Stochastic) line << " (kept on average by stochastic rounding)";
+      if (opt_->update_rounding() == ag::UpdateRounding::Compensated) line << " (kept in the compensation)";
     }
     if (!o_.quiet) std::printf("%s\n", line.str().c_str());
     log_.push_back(rec);
@@ -814,7 +817,10 @@ class Training {
         worst.push_back({double(counts[i]) / double(named[i].second.numel() * steps), named[i].first});
     }
     const double fraction = double(total) / double(elements16() * steps);
-    if (fraction > o_.stalled_warn && !warned_stalled_ && lite_.is_global_zero()) {
+    // Only nearest and master lose what stalls: stochastic and compensated keep it.
+    const ag::UpdateRounding mode = opt_->update_rounding();
+    const bool loses = mode == ag::UpdateRounding::Nearest || mode == ag::UpdateRounding::Master;
+    if (loses && fraction > o_.stalled_warn && !warned_stalled_ && lite_.is_global_zero()) {
       warned_stalled_ = true;
       std::sort(worst.begin(), worst.end(), std::greater<>());
       std::ostringstream w;

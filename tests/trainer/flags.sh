@@ -70,10 +70,14 @@ rounding() {  # rounding <mode>: bf16-true at a rate whose updates a bfloat16 1.
 }
 rounding nearest
 rounding master
+rounding stochastic
 grep -q "^warning: .*% of the bf16-true weights' updates were lost to rounding this epoch (--update-rounding nearest); most: .*ln.*weight 100.0%" \
   "$dir/round-nearest.err" || { cat "$dir/round-nearest.err"; fail "the stalled-update warning"; }
 [ "$(grep -c "lost to rounding" "$dir/round-nearest.err")" = 1 ] || fail "the stalled-update warning is not given once"
 ! grep -q "lost to rounding" "$dir/round-master.err" || fail "master warned of lost updates"
+! grep -q "lost to rounding" "$dir/round-stochastic.err" || fail "stochastic rounding, which keeps the updates on average, warned"
+grep -q "% of 16-bit updates stalled (kept on average by stochastic rounding)" "$dir/round-stochastic.log" ||
+  { cat "$dir/round-stochastic.log"; fail "stochastic's epoch line"; }
 
 grep -q '^threads  : 1$' "$dir/seed1.log" || { head -n 3 "$dir/seed1.log"; fail "--threads 1 is not in the report"; }
 grep -q '^threads  : 2$' "$dir/threads2.log" || { head -n 3 "$dir/threads2.log"; fail "--threads 2 is not in the report"; }
