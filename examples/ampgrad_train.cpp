@@ -745,7 +745,8 @@ class Training {
       rec["stalled_fraction"] = stalled;
       line << ", " << std::setprecision(1) << 100 * stalled << "% of 16-bit updates stalled";
       // There the weight's value stayed, but the update was not lost.
-      if (opt_->update_rounding() == ag::UpdateRounding::Stochastic) line << " (kept on average by stochastic rounding)";
+      if (opt_->update_rounding() == ag::UpdateRounding::Stochastic)
+        line << " (kept on average by stochastic rounding)";
       if (opt_->update_rounding() == ag::UpdateRounding::Compensated) line << " (kept in the compensation)";
     }
     if (!o_.quiet) std::printf("%s\n", line.str().c_str());
