@@ -18,11 +18,19 @@ A result file (SCHEMA, version SCHEMA_VERSION) is one JSON object:
               measured], emulated: [those measured although the hardware emulates them]}
   peers      {name: version line} for the peers measured in this run
   figures    [{id, group, model, precision, impl, role, metric, unit, better, values,
-              threads, flops_per_item, emulated, source, error, note, epochs, profile}]
+              threads, flops_per_item, emulated, source, error, note, epochs, profile, device}]
   errors     [text] for the parts that did not run
 A figure's id is stable from run to run (what bench-compare and bench-history match on);
 values holds every repetition; role is "ours", "peer" (PyTorch eager, torch.compile,
-Fabric) or "ceiling" (raw oneDNN); better is "higher" or "lower".
+Fabric) or "ceiling" (raw oneDNN on the CPU; on a GPU cuBLASLt for a GEMM, a device-to-device
+copy for a memory-bound op); better is "higher" or "lower".
+device   where the figure was measured: "cpu", or "cuda:0" for bench_cuda's figures and the
+         trainer on --accelerator cuda. Optional (a file without it, any version, reads as
+         "cpu"), so the schema version stays. A figure's identity is its id and its device
+         (figure_key: the id alone on the CPU, "<id>@<device>" elsewhere): the same id on the
+         CPU and the GPU are two figures.
+settings.gpu (optional) says whether the GPU part ran: {run: true, device, name} or
+         {run: false, why} (e.g. "no CUDA device: GPU part not run").
 Since schema_version 2 (version 1 files read as having neither):
   epochs   of a trainer figure (trainer/...): per run of the trainer, its per-epoch records
            as the trainer's --json wrote them ({epoch, train_loss, test_accuracy, seconds,
@@ -291,12 +299,12 @@ def machine_differences(a, b):
 
 def figure(id_, *, metric, unit, better, values, group, model=None, precision=None, impl=OURS,
            role="ours", threads=None, flops_per_item=None, emulated=False, source=None, error=None,
-           note=None, epochs=None, profile=None):
+           note=None, epochs=None, profile=None, device="cpu"):
     assert better in ("higher", "lower"), better
     return {"id": id_, "group": group, "model": model, "precision": precision, "impl": impl, "role": role,
             "metric": metric, "unit": unit, "better": better, "values": [float(v) for v in values],
             "threads": threads, "flops_per_item": flops_per_item, "emulated": bool(emulated), "source": source,
-            "error": error, "note": note, "epochs": epochs, "profile": profile}
+            "error": error, "note": note, "epochs": epochs, "profile": profile, "device": device}
 
 
 def load_result(path):
@@ -314,8 +322,21 @@ def load_result(path):
     return data
 
 
+def device_of(f):
+    """A figure's device; "cpu" where the file predates the field."""
+    return f.get("device") or "cpu"
+
+
+def figure_key(f):
+    """A figure's identity across files: its id on the CPU, "<id>@<device>" elsewhere (the
+    trainer's id on the CPU and on cuda:0 are two figures)."""
+    d = device_of(f)
+    return f["id"] if d == "cpu" else f"{f['id']}@{d}"
+
+
 def figures_by_id(result):
-    return {f["id"]: f for f in result.get("figures", [])}
+    """{figure_key: figure}: a CPU figure under its bare id."""
+    return {figure_key(f): f for f in result.get("figures", [])}
 
 
 def median(values):

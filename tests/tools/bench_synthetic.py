@@ -23,13 +23,18 @@ def reps(median, spread=0.02, n=5):
     return [median * (1 - spread + 2 * spread * i / (n - 1)) for i in range(n)]
 
 
+NO_GPU = {"run": False, "why": "no CUDA device: GPU part not run (synthetic: no GPU)"}
+
+
 def result(figures, *, commit="a" * 40, commit_date="2026-01-01T00:00:00+00:00", preset="full", machine=None,
-           epochs=None):
+           epochs=None, gpu=None):
+    """gpu: the settings' GPU part (default NO_GPU; GPU_SETTING with gpu_figures)."""
     m = dict(MACHINE, **(machine or {}))
     m["fingerprint"] = bl.fingerprint(m)
     return {"schema": bl.SCHEMA, "schema_version": bl.SCHEMA_VERSION, "created": commit_date, "preset": preset,
             "command": "synthetic", "duration_s": 1.0,
-            "settings": {"repetitions": 5, "threads": 2, "epochs": epochs, "e2e_repetitions": 4},
+            "settings": {"repetitions": 5, "threads": 2, "epochs": epochs, "e2e_repetitions": 4,
+                         "gpu": gpu or NO_GPU},
             "ampgrad": {"version": "0.1.0", "commit": commit, "commit_date": commit_date, "dirty": False,
                         "build_dir": "/nowhere", "build_type": "Release", "build": "oneDNN on, CUDA not built",
                         "onednn": "ON", "cuda": "OFF"},
@@ -140,3 +145,43 @@ def write(path, data):
     with open(path, "w") as f:
         json.dump(data, f)
     return path
+
+
+GPU = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0"}
+GPU_SETTING = {"run": True, "device": "cuda:0", "name": GPU["name"]}
+# bench_cuda's ceilings (TFLOP/s of cuBLASLt; GB/s of the device copy) and ampgrad's fraction
+# of each: the f16 8192 GEMM (0.90) and softmax (0.70) miss their targets (0.95, 0.8).
+GPU_GEMM = {("bfloat16", 4096): (600.0, 0.97), ("bfloat16", 8192): (700.0, 0.96),
+            ("float16", 4096): (620.0, 0.96), ("float16", 8192): (720.0, 0.90)}
+GPU_MEMORY = {"add": 0.92, "cast": 0.88, "gelu": 0.90, "softmax": 0.70, "layer_norm": 0.85, "cross_entropy": 0.82}
+GPU_COPY = 2600.0
+# the GPT-2-small step's tokens/s: bf16-mixed 3.2x 32-true (met), 16-mixed 3.0x
+GPU_STEP = {"32-true": 40000.0, "16-mixed": 120000.0, "bf16-mixed": 128000.0}
+
+
+def gpu_figures():
+    """The figures a GPU part records (as bench-report's Runner.cuda_bench and the trainer on
+    --accelerator cuda write them), on cuda:0."""
+    dev = {"device": "cuda:0"}
+    out = []
+    for (dtype, n), (ceiling, frac) in GPU_GEMM.items():
+        out.append(bl.figure(f"gemm/{dtype}/{n}/ampgrad", group="gpu_gemm", precision=dtype, metric="rate",
+                             unit="TFLOP/s", better="higher", values=reps(ceiling * frac), **dev))
+        out.append(bl.figure(f"gemm/{dtype}/{n}/cublaslt", group="gpu_gemm", precision=dtype, impl="cublaslt",
+                             role="ceiling", metric="rate", unit="TFLOP/s", better="higher", values=reps(ceiling), **dev))
+    for op, frac in GPU_MEMORY.items():
+        out.append(bl.figure(f"bandwidth/{op}/ampgrad", group="gpu_memory", model=op, precision="bfloat16",
+                             metric="rate", unit="GB/s", better="higher", values=reps(GPU_COPY * frac), **dev))
+        out.append(bl.figure(f"bandwidth/{op}/copy", group="gpu_memory", model=op, precision="bfloat16", impl="copy",
+                             role="ceiling", metric="rate", unit="GB/s", better="higher", values=reps(GPU_COPY), **dev))
+    for precision, rate in GPU_STEP.items():
+        out.append(bl.figure(f"step/gpt2/{precision}/ampgrad", group="gpu_step", model="gpt2", precision=precision,
+                             metric="rate", unit="tokens/s", better="higher", values=reps(rate), **dev))
+        out.append(bl.figure(f"host_syncs/gpt2/{precision}/ampgrad", group="gpu_step", model="gpt2",
+                             precision=precision, metric="count", unit="syncs/step", better="lower", values=[0.0] * 5,
+                             **dev))
+    for precision, rate in (("32-true", 90000.0), ("bf16-mixed", 110000.0)):
+        out.append(bl.figure(f"trainer/mlp/{precision}/ampgrad", group="trainer", model="mlp", precision=precision,
+                             metric="rate", unit="samples/s", better="higher", values=reps(rate, n=4),
+                             epochs=curve_runs(precision), note="--model mlp, 5 epochs, --accelerator cuda", **dev))
+    return out

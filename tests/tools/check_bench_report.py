@@ -6,7 +6,10 @@ Checks: every <img> is a data: URI that decodes as a PNG of some size (the train
 and accuracy per epoch among them, its table holding each epoch's numbers); the targets
 table says met / not met for the figures chosen to meet or miss them, and skipped (with the
 reason) for a quick preset's file without peers; beside a target not met, the profile's
-entries in a small table, or why there is none; in Chromium, every image decoded (the
+entries in a small table, or why there is none; a file with GPU figures (on cuda:0) gets a
+GPU section (each GEMM and memory-bound op as a fraction of its own ceiling, against its
+target; the GPT-2-small step per precision) and leaves the CPU's sections as they were, a
+file without gets none and says why in its Run table; in Chromium, every image decoded (the
 page's script records the count on <body>, read back with --dump-dom), no console message
 (an error or an uncaught exception), and a screenshot that is not blank.
 Exits 77 (ctest's SKIP_RETURN_CODE) with the reason where Chromium or matplotlib is missing
@@ -136,8 +139,8 @@ def target(page, start):
     return rows[0] if len(rows) == 1 else None
 
 
-def render(name, figures, preset, work, epochs=None):
-    path = syn.write(os.path.join(work, f"{name}.json"), syn.result(figures, preset=preset, epochs=epochs))
+def render(name, figures, preset, work, epochs=None, **kw):
+    path = syn.write(os.path.join(work, f"{name}.json"), syn.result(figures, preset=preset, epochs=epochs, **kw))
     out = os.path.join(work, f"{name}.html")
     p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "html", path, "-o", out],
                        capture_output=True, text=True, timeout=120)
@@ -296,12 +299,59 @@ def main():
               f"quick: a missed target without a profile says why: {row}")
         check_curves(page, "quick", 2, syn.QUICK_EPOCHS)
 
+    # A full preset's file with a GPU part: its GPU section (bench_synthetic.gpu_figures' numbers)
+    # beside the CPU's, which its cuda:0 figures leave as they were.
+    gpu = render("gpu", syn.full_figures() + syn.gpu_figures(), "full", work, epochs=5, gpu=syn.GPU_SETTING,
+                 machine={"gpus": [syn.GPU]})
+    if os.path.exists(gpu):
+        page = parse(gpu)
+        alts = ["Training steps", "Ours against each peer", "Against the GEMM ceiling", "Memory", "Thread scaling",
+                "Trainer: loss and accuracy per epoch", f"GPU (cuda:0: {syn.GPU['name']})"]
+        check_images(page, "gpu", alts)
+        check_curves(page, "gpu", 4, 5)  # the CPU trainer's epochs only
+        row = target(page, "GPU part")
+        check(row is not None and row[1] == f"ran on cuda:0 ({syn.GPU['name']})", f"gpu: the Run table's GPU row {row}")
+        # (case, of the ceiling, verdict): each against its own ceiling and target
+        for (dtype, n), (_, frac) in syn.GPU_GEMM.items():
+            want = "met" if frac >= 0.95 else "not met"
+            row = target(page, f"gemm/{dtype}/{n}")
+            check(row is not None and row[5] == "cublaslt" and row[6] == f"{frac:.2f}" and row[8] == want,
+                  f"gpu: GEMM row gemm/{dtype}/{n}: {row}, expected {frac:.2f} of cublaslt, {want!r}")
+        for op, frac in syn.GPU_MEMORY.items():
+            bound = 0.8 if op in ("softmax", "layer_norm", "cross_entropy") else 0.85
+            want = "met" if frac >= bound else "not met"
+            row = target(page, f"bandwidth/{op}")
+            check(row is not None and row[5] == "copy" and row[6] == f"{frac:.2f}" and row[7] == f">= {bound}"
+                  and row[8] == want, f"gpu: memory row {op}: {row}, expected {frac:.2f} of copy, {want!r}")
+        base = syn.GPU_STEP["32-true"]
+        for precision, r in syn.GPU_STEP.items():
+            rows = [x for x in page.rows if len(x) == 10 and x[0] == precision]
+            row = rows[0] if len(rows) == 1 else None
+            check(row is not None and row[1] == bl.fmt_num(r) and row[5] == f"{r / base:.2f}" and row[7] == "0",
+                  f"gpu: GPT-2 step row {precision}: {rows}, expected {bl.fmt_num(r)} tokens/s, {r / base:.2f}x")
+            if row is not None and precision == "bf16-mixed":
+                check(row[6] == "3.0x: met", f"gpu: the bf16-mixed step's target {row[6]!r}")
+        rows = [x for x in page.rows if len(x) == 6 and x[0].startswith("trainer/mlp/")]  # the CPU's table
+        check(len(rows) == 2 and not any("90,000" in x for x in rows), f"gpu: the CPU's trainer rows: {rows}")
+        rows = [x for x in page.rows if len(x) == 5 and x[0] == "trainer/mlp/32-true/ampgrad" and x[2] == "90,000"]
+        check(len(rows) == 1, "gpu: the trainer on the GPU in the GPU section")
+        chromium_checks(chromium, gpu, work, len(alts))
+    # without GPU figures there is no GPU section, and the Run table says why
+    for name in ("full", "quick"):
+        path = os.path.join(work, f"{name}.html")
+        if os.path.exists(path):
+            with open(path) as f:
+                check("<h2>GPU" not in f.read(), f"{name}: a GPU section without GPU figures")
+            row = target(parse(path), "GPU part")
+            check(row is not None and row[1].startswith("no CUDA device: GPU part not run"),
+                  f"{name}: the Run table's GPU row {row}")
+
     if failures:
         print(f"{len(failures)} check(s) failed; pages kept in {work}", file=sys.stderr)
         return 1
     if len(sys.argv) <= 1:
         shutil.rmtree(work, ignore_errors=True)
-    print("ok: both reports render, every image decodes, targets as chosen")
+    print("ok: the three reports render, every image decodes, targets as chosen, the GPU section where GPU figures are")
     return 0
 
 

@@ -160,6 +160,27 @@ class AmpgradInfoTest(unittest.TestCase):
         self.assertEqual(len(info["gpus"]), 8)
         self.assertTrue(all(g == {"name": "NVIDIA H200", "compute_capability": "9.0"} for g in info["gpus"]))
 
+    def test_gpu_part_decision(self):
+        """bench-report's gpu_part on ampgrad-info's own reports: a fake GPU with bench_cuda built
+        runs the GPU part (the trainer in 32-true and "auto"'s choice there), this machine runs it
+        only where it has a device."""
+        br = bench_report_module()
+        with tempfile.TemporaryDirectory() as build:
+            os.makedirs(os.path.join(build, "bench"))
+            exe = os.path.join(build, "bench", "bench_cuda")
+            with open(exe, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(exe, 0o755)
+            t4 = br.gpu_part(build, self.info("--profile", "t4"))
+            self.assertEqual((t4["run"], t4["name"], t4["trainer_precisions"]), (True, "Tesla T4", ["32-true", "16-mixed"]))
+            h200 = br.gpu_part(build, self.info("--profile", "h200"))
+            self.assertEqual(h200["trainer_precisions"], ["32-true", "bf16-mixed"])
+            here = self.info()
+            part = br.gpu_part(build, here)
+            self.assertEqual(part["run"], bool(here.get("gpus")), part)
+            if not part["run"]:
+                self.assertTrue(part["why"].startswith(br.NO_GPU), part)
+
     def test_this_machine(self):
         info = self.info()
         self.assertEqual(info["logical_cores"], os.cpu_count())
@@ -458,6 +479,250 @@ class ProfileTest(unittest.TestCase):
                       "amp_train_step/gpt/ampgrad2", "xamp_train_step/gpt/ampgrad"):
             self.assertIsNone(re.search(filt[0], other), other)
         self.assertTrue(any(a.startswith("--benchmark_min_time=") for a in argv), argv)
+
+
+# ---------------------------------------------------------------- the GPU part of bench-report
+
+# A stand-in for any Google Benchmark program of the build: prints the cases of its table
+# (CASES[program]: run name -> {counter: value}; None: the case skips with an error) that match
+# --benchmark_filter, --benchmark_repetitions times each plus the aggregates, to --benchmark_out,
+# and appends its argv to $BENCH_STANDIN_LOG.
+GBENCH_STANDIN = r"""#!/usr/bin/env python3
+import json, os, re, sys
+CASES = %s
+prog = os.path.basename(sys.argv[0])
+opts = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+with open(os.environ["BENCH_STANDIN_LOG"], "a") as f:
+    f.write(json.dumps([prog] + sys.argv[1:]) + "\n")
+reps = int(opts.get("benchmark_repetitions", "1"))
+out = []
+for name, counters in CASES.get(prog, {}).items():
+    if not re.search(opts.get("benchmark_filter", "."), name):
+        continue
+    if counters is None:
+        out.append({"name": name, "run_name": name, "run_type": "iteration", "error_occurred": True,
+                    "error_message": "cuBLASLt has no algorithm for this product"})
+        continue
+    for k in range(reps):
+        out.append(dict({"name": name, "run_name": name, "run_type": "iteration", "repetition_index": k,
+                         "real_time": 1.0, "time_unit": "ms"}, **{c: v * (1 + 0.01 * k) for c, v in counters.items()}))
+    for agg in ("mean", "median", "stddev"):  # a report keeps only the repetitions
+        out.append(dict({"name": name + "_" + agg, "run_name": name, "run_type": "aggregate", "aggregate_name": agg,
+                         "real_time": 1.0, "time_unit": "ms"}, **{c: 1e9 for c in counters}))
+with open(opts["benchmark_out"], "w") as f:
+    json.dump({"context": {}, "benchmarks": out}, f)
+"""
+
+# bench_cuda's case names (bench/cuda/bench_cuda.cpp): ampgrad at 0.9 of each GEMM's cuBLASLt
+# and at 0.8 of each memory op's copy; the f16 8192 cuBLASLt case skips with its error.
+CUDA_CASES = {}
+for _dt in ("bf16", "f16"):
+    for _n in (4096, 8192):
+        CUDA_CASES[f"gemm/{_dt}/{_n}/ampgrad/manual_time"] = {"TFLOP/s": 450.0}
+        CUDA_CASES[f"gemm/{_dt}/{_n}/cublaslt/manual_time"] = (None if (_dt, _n) == ("f16", 8192)
+                                                               else {"TFLOP/s": 500.0})
+for _op in ("add", "cast", "gelu", "softmax", "layer_norm", "cross_entropy"):
+    CUDA_CASES[f"memory/{_op}/ampgrad/manual_time"] = {"GB/s": 2000.0}
+    CUDA_CASES[f"memory/{_op}/copy/manual_time"] = {"GB/s": 2500.0}
+for _p, _r in (("32-true", 40000.0), ("16-mixed", 110000.0), ("bf16-mixed", 120000.0)):
+    CUDA_CASES[f"gpt2_step/{_p}/ampgrad/iterations:5/manual_time"] = {"tokens/s": _r, "host_syncs/step": 0.0}
+STANDIN_CASES = {
+    "bench_cuda": CUDA_CASES,
+    "bench_train": {f"{g}/mlp/ampgrad/real_time": {"samples/s": 1000.0, "flops_per_item": 1e6}
+                    for g in ("train_step", "amp_train_step")} | {"train_step/gpt/ampgrad/real_time": {"tokens/s": 9e3}},
+    "bench_matmul": {f"matmul/{d}/1024/{i}/real_time": {"GFLOP/s": 100.0} for d in ("float32", "bfloat16")
+                     for i in ("ampgrad", "onednn")},
+    "bench_ops": {"tiny_add/grad_off/ampgrad": {}},
+}
+
+# ampgrad-train: writes its --json and logs its argv.
+TRAIN_STANDIN = r"""#!/usr/bin/env python3
+import json, os, sys
+with open(os.environ["BENCH_STANDIN_LOG"], "a") as f:
+    f.write(json.dumps(["ampgrad-train"] + sys.argv[1:]) + "\n")
+cuda = "--accelerator" in sys.argv and sys.argv[sys.argv.index("--accelerator") + 1] == "cuda"
+rate = 90000.0 if cuda else 30000.0
+with open(sys.argv[sys.argv.index("--json") + 1], "w") as f:
+    json.dump({"mean_rate": rate, "best_test_accuracy": 0.88,
+               "epochs": [{"epoch": 1, "train_loss": 0.5, "test_accuracy": 0.88, "samples_per_s": rate}]}, f)
+"""
+
+# ampgrad-info's report, in its format (AmpgradInfoTest reads the real one), with and without a GPU.
+INFO_HEAD = """ampgrad 0.1.0 hardware report: this machine
+
+build   oneDNN on, CUDA built
+
+cpu     Test CPU
+        vendor GenuineIntel, 2 logical cores
+        flags  sse4.2 avx avx2 fma avx512f avx512_bf16
+        oneDNN ISA avx512_core_bf16
+
+"""
+INFO_GPU = """cuda:0  NVIDIA H100 80GB HBM3
+        compute capability 9.0, 79.1 GiB, 132 SMs
+
+verdict  float32      float16      bfloat16     float64
+cpu      native       emulated     native       native
+cuda:0   native       native       native       native
+
+precision "auto"
+  cpu     bf16-mixed  auto: the CPU has AVX512-BF16
+  cuda    bf16-mixed  auto: cuda:0 has native bfloat16
+"""
+INFO_NO_GPU = """cuda    no CUDA device (the CUDA runtime found no GPU or no driver)
+
+verdict  float32      float16      bfloat16     float64
+cpu      native       emulated     native       native
+cuda:0   unsupported  unsupported  unsupported  unsupported
+
+precision "auto"
+  cpu     bf16-mixed  auto: the CPU has AVX512-BF16
+  cuda    -           no CUDA device was found
+"""
+
+
+class GpuPartTest(unittest.TestCase):
+    """bench-report's suite on a stand-in build (every program a small script) with and without a
+    (fake) GPU: ampgrad-info's report decides, bench_cuda's rows become figures on cuda:0."""
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.build = os.path.join(self.dir.name, "build")
+        self.log = os.path.join(self.dir.name, "argv.log")
+        os.makedirs(os.path.join(self.build, "bench"))
+        os.makedirs(os.path.join(self.build, "examples"))
+        for prog in STANDIN_CASES:
+            self.script(f"bench/{prog}", GBENCH_STANDIN % repr(STANDIN_CASES))
+        self.script("examples/ampgrad-train", TRAIN_STANDIN)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def script(self, rel, text):
+        path = os.path.join(self.build, rel)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o755)
+
+    def suite(self, info, preset="full"):
+        """Runs the suite (models mlp, one 1-epoch trainer run, no peers, no profiles) with the
+        given ampgrad-info report; returns the result and the programs' argv in order."""
+        self.script("examples/ampgrad-info", "#!/bin/sh\ncat <<'EOF'\n" + info + "EOF\n")
+        out = os.path.join(self.dir.name, "result.json")
+        env = dict(os.environ, BENCH_STANDIN_LOG=self.log)
+        p = subprocess.run([os.path.join(syn.SCRIPTS, "bench-report"), "--preset", preset, "--build", self.build,
+                            "--out", out, "--models", "mlp", "--repetitions", "3", "--epochs", "1",
+                            "--e2e-repetitions", "1", "--no-profile", "--torch-python", "/bin/false", "--threads", "1"],
+                           capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(self.log) as f:
+            argvs = [json.loads(l) for l in f]
+        return bl.load_result(out), argvs, p.stderr
+
+    def test_gpu_figures_recorded_with_device_and_roles(self):
+        result, argvs, _ = self.suite(INFO_HEAD + INFO_GPU)
+        self.assertEqual(result["settings"]["gpu"]["run"], True)
+        self.assertEqual(result["settings"]["gpu"]["device"], "cuda:0")
+        cuda_runs = [a for a in argvs if a[0] == "bench_cuda"]
+        self.assertEqual(len(cuda_runs), 1)
+        self.assertIn("--benchmark_repetitions=3", cuda_runs[0])
+        self.assertFalse(any("aggregates_only" in a for a in cuda_runs[0]), cuda_runs[0])
+        figs = bl.figures_by_id(result)
+        gpu = {k: f for k, f in figs.items() if bl.device_of(f) == "cuda:0"}
+        # every bench_cuda row a figure: 8 GEMMs, 12 memory rows, 3 steps and their 3 sync counts; the trainer
+        self.assertEqual(len([f for f in gpu.values() if f["group"] == "gpu_gemm"]), 8)
+        self.assertEqual(len([f for f in gpu.values() if f["group"] == "gpu_memory"]), 12)
+        for key, f in gpu.items():
+            self.assertTrue(key.endswith("@cuda:0"), key)
+        ceil = figs["gemm/bfloat16/4096/cublaslt@cuda:0"]
+        ours = figs["gemm/bfloat16/4096/ampgrad@cuda:0"]
+        self.assertEqual((ceil["role"], ceil["impl"], ceil["unit"]), ("ceiling", "cublaslt", "TFLOP/s"))
+        self.assertEqual((ours["role"], ours["impl"]), ("ours", bl.OURS))
+        # each repetition kept, the aggregates left out
+        self.assertEqual(ours["values"], [450.0, 454.5, 459.0])
+        self.assertEqual(ceil["values"], [500.0, 505.0, 510.0])
+        copy = figs["bandwidth/softmax/copy@cuda:0"]
+        self.assertEqual((copy["role"], copy["impl"], copy["unit"]), ("ceiling", "copy", "GB/s"))
+        self.assertEqual(figs["bandwidth/softmax/ampgrad@cuda:0"]["role"], "ours")
+        # the skipped cuBLASLt case: its error kept, no values
+        failed = figs["gemm/float16/8192/cublaslt@cuda:0"]
+        self.assertEqual(failed["values"], [])
+        self.assertIn("no algorithm", failed["error"])
+        # the report's fractions: ours over the ceiling, never 1.0 for a ceiling read as ours
+        br = bench_report_module()
+        pairs = {p["case"]: p for p in br.gpu_pairs(result)}
+        self.assertAlmostEqual(pairs["gemm/bfloat16/4096"]["fraction"], 0.9, places=12)
+        self.assertEqual(pairs["gemm/bfloat16/4096"]["verdict"], "not met")
+        self.assertAlmostEqual(pairs["bandwidth/layer_norm"]["fraction"], 0.8, places=12)
+        self.assertEqual(pairs["bandwidth/layer_norm"]["verdict"], "met")  # row ops: >= 0.8
+        self.assertEqual(pairs["bandwidth/add"]["verdict"], "not met")  # elementwise: >= 0.85
+        self.assertEqual(pairs["gemm/float16/8192"]["verdict"], "skipped")
+        self.assertIn("no algorithm", pairs["gemm/float16/8192"]["why"])
+        steps = {f["precision"]: f for f in br.gpu_steps(result)}
+        self.assertEqual(list(steps), ["32-true", "16-mixed", "bf16-mixed"])
+        self.assertEqual(steps["bf16-mixed"]["values"], [120000.0, 121200.0, 122400.0])
+        self.assertEqual(figs["host_syncs/gpt2/bf16-mixed/ampgrad@cuda:0"]["values"], [0.0, 0.0, 0.0])
+        # the trainer on the GPU beside the CPU's: two figures of one id
+        cpu_t, gpu_t = figs["trainer/mlp/32-true/ampgrad"], figs["trainer/mlp/32-true/ampgrad@cuda:0"]
+        self.assertEqual((bl.device_of(cpu_t), cpu_t["values"]), ("cpu", [30000.0]))
+        self.assertEqual(gpu_t["values"], [90000.0])
+        self.assertIn("trainer/mlp/bf16-mixed/ampgrad@cuda:0", figs)  # "auto"'s choice on the GPU
+        trains = [a for a in argvs if a[0] == "ampgrad-train"]
+        on_gpu = [a for a in trains if "--accelerator" in a]
+        self.assertEqual([a[a.index("--accelerator") + 1] for a in on_gpu], ["cuda", "cuda"])
+        self.assertEqual(len(trains) - len(on_gpu), 2)  # the CPU's 32-true and bf16-mixed
+        # every CPU figure says so
+        self.assertTrue(all(bl.device_of(f) == "cpu" for k, f in figs.items() if "@" not in k))
+        self.assertTrue(all(f["device"] == "cpu" for f in result["figures"] if f["group"] in ("step", "gemm")))
+
+    def test_quick_preset_runs_bench_cuda_but_no_gpu_trainer(self):
+        result, argvs, _ = self.suite(INFO_HEAD + INFO_GPU, preset="quick")
+        self.assertEqual([a[0] for a in argvs].count("bench_cuda"), 1)
+        self.assertFalse(any("--accelerator" in a for a in argvs if a[0] == "ampgrad-train"))
+
+    def test_cpu_only_records_none_and_says_why(self):
+        result, argvs, stderr = self.suite(INFO_HEAD + INFO_NO_GPU)
+        self.assertNotIn("bench_cuda", [a[0] for a in argvs])
+        self.assertFalse([f["id"] for f in result["figures"] if bl.device_of(f) != "cpu"])
+        gpu = result["settings"]["gpu"]
+        self.assertFalse(gpu["run"])
+        self.assertTrue(gpu["why"].startswith("no CUDA device: GPU part not run"), gpu)
+        self.assertIn("the CUDA runtime found no GPU", gpu["why"])
+        self.assertIn("no CUDA device: GPU part not run", stderr)
+        self.assertFalse(any("--accelerator" in a for a in argvs if a[0] == "ampgrad-train"))
+        self.assertTrue(result["figures"])  # the CPU part ran as before
+
+    def test_gpu_without_bench_cuda_says_why(self):
+        os.remove(os.path.join(self.build, "bench", "bench_cuda"))
+        result, argvs, _ = self.suite(INFO_HEAD + INFO_GPU, preset="quick")
+        self.assertFalse(result["settings"]["gpu"]["run"])
+        self.assertIn("bench/bench_cuda", result["settings"]["gpu"]["why"])
+        self.assertFalse([f for f in result["figures"] if bl.device_of(f) != "cpu"])
+
+
+class DeviceIdentityTest(unittest.TestCase):
+    """The device is part of a figure's identity in bench-compare and bench-history; a file
+    without the field reads as the CPU's."""
+
+    def test_compare_and_history(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            def files(cpu_b, gpu_b):
+                return [rate("trainer/mlp", syn.reps(100)), dict(rate("trainer/mlp", syn.reps(1000)), device="cuda:0")], \
+                       [rate("trainer/mlp", syn.reps(cpu_b)), dict(rate("trainer/mlp", syn.reps(gpu_b)), device="cuda:0")]
+            fa, fb = files(130, 800)
+            del fa[0]["device"]  # a CPU figure from before the field
+            a = syn.write(os.path.join(tmp, "a.json"), syn.result(fa, commit="a" * 40))
+            b = syn.write(os.path.join(tmp, "b.json"), syn.result(fb, commit="b" * 40,
+                                                                  commit_date="2026-02-01T00:00:00+00:00"))
+            rows = {r["id"]: r for r in json.loads(run("bench-compare", a, b, "--json", "-"))["rows"]}
+            self.assertEqual(set(rows), {"trainer/mlp", "trainer/mlp@cuda:0"})
+            self.assertAlmostEqual(rows["trainer/mlp"]["ratio"], 1.3, places=12)
+            self.assertEqual(rows["trainer/mlp"]["verdict"], "faster")
+            self.assertAlmostEqual(rows["trainer/mlp@cuda:0"]["ratio"], 0.8, places=12)
+            self.assertEqual(rows["trainer/mlp@cuda:0"]["verdict"], "slower")
+            hist = json.loads(run("bench-history", tmp, "--json", "-"))["figures"]
+            self.assertEqual([r["median"] for r in hist["trainer/mlp"]], [100.0, 130.0])
+            self.assertEqual([r["median"] for r in hist["trainer/mlp@cuda:0"]], [1000.0, 800.0])
 
 
 if __name__ == "__main__":
